@@ -1,0 +1,54 @@
+# Entry points of the DDP notebook series. `make help` lists them.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.installed
+# Notebooks run without live widgets when executed headless (nbval, nbconvert).
+NB_ENV  := DDP_HELPERS_LIVE=quiet MPLBACKEND=agg PYTHONHASHSEED=0
+NBVAL   := --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout=300
+NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
+
+.PHONY: help venv lab test unit nbval lint execute nav clean
+
+help:
+	@echo "make lab      - set up .venv if needed and open JupyterLab on notebooks/ (127.0.0.1, token on)"
+	@echo "make test     - unit tests, lint and strict nbval over every notebook"
+	@echo "make execute  - re-execute every notebook in place (refresh stored outputs); NB=notebooks/03_x.ipynb for one"
+	@echo "make nav      - regenerate the previous/next navigation cells"
+
+# Reinstall only when the pins or the package metadata change.
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+lab: $(STAMP)
+	cd notebooks && ../$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --no-browser
+
+test: $(STAMP) lint unit nbval
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests
+
+nbval: $(STAMP)
+	$(NB_ENV) $(BIN)/python -m pytest -q $(NBVAL) $(NOTEBOOKS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check ddp_helpers tests tools notebooks
+
+NB ?= $(NOTEBOOKS)
+execute: $(STAMP)
+	for nb in $(NB); do \
+	  $(NB_ENV) $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	    --ExecutePreprocessor.timeout=600 "$$nb" || exit 1; \
+	done
+
+nav: $(STAMP)
+	$(BIN)/python tools/nav.py
+
+clean:
+	rm -rf build notebooks/runs .pytest_cache
+	find notebooks/scripts -type f ! -name .gitignore -delete

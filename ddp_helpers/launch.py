@@ -1,0 +1,353 @@
+"""Run a worker script with torchrun from a notebook or a terminal.
+
+One function, :func:`torchrun`, does it all: it starts one torchrun agent per
+simulated node (normally one), streams every rank's output live, and when the
+run ends prints a deterministic rank-ordered summary of what each rank wrote to
+stdout. A failing rank raises :class:`WorkerFailed` naming the rank, its exit
+code and the tail of its traceback. A timeout or an interrupt (the notebook's
+stop button) terminates every process the launch started: no orphans.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from ddp_helpers.runtime import FAILURES_ENV
+
+# torchrun prefixes every line a worker writes with this (global rank).
+_PREFIX_TEMPLATE = "[rank${rank}]:"
+_PREFIX_RE = re.compile(r"^\[rank(\d+)\]:(.*)$")
+# torch itself prefixes traceback lines with "[rankN]: " as well.
+_INNER_PREFIX_RE = re.compile(r"^\[rank\d+\]: ?")
+_ROOT_CAUSE_RE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+)", re.S)
+_FAILURE_RE = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+_TRACEBACK_TAIL_LINES = 15
+_KILL_GRACE_S = 5.0
+
+
+class LaunchError(RuntimeError):
+    """The launch itself failed (a node agent died, the run timed out)."""
+
+
+class WorkerFailed(LaunchError):
+    """A rank exited with a non-zero code."""
+
+    def __init__(self, rank, exitcode, traceback_tail, command, other_failures=None):
+        self.rank = rank
+        self.exitcode = exitcode
+        self.traceback_tail = traceback_tail
+        self.command = command
+        self.other_failures = dict(other_failures or {})  # rank -> exit code
+        where = f"rank {rank}" if rank is not None else "a rank"
+        code = f"exit code {exitcode}" if exitcode is not None else "an error"
+        others = (f"\nthen ranks {sorted(self.other_failures)} stopped too (their exit codes "
+                  "depend on timing: an error in a collective, or torchrun's SIGTERM)"
+                  if self.other_failures else "")
+        super().__init__(
+            f"{where} failed first, with {code}.{others}\n"
+            f"--- last lines of {where}'s stderr ---\n{traceback_tail}\n"
+            f"--- command ---\n{command}"
+        )
+
+
+class LaunchTimeout(LaunchError):
+    """The run took longer than ``timeout`` seconds and was terminated."""
+
+
+@dataclass
+class LaunchResult:
+    """What a finished run produced; ``stdout[r]`` is rank r's stdout lines."""
+
+    command: str
+    stdout: dict[int, list[str]] = field(default_factory=dict)
+    stderr: dict[int, list[str]] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def lines(self, rank: int) -> list[str]:
+        return self.stdout.get(rank, [])
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def _shell_command(script, nproc, nnodes, torchrun_args, script_args) -> str:
+    parts = ["torchrun"]
+    if nnodes == 1:
+        parts.append("--standalone")
+    else:
+        parts += [f"--nnodes={nnodes}", "--node-rank=<NODE>", "--rdzv-backend=c10d",
+                  "--rdzv-endpoint=127.0.0.1:<PORT>"]
+    parts += [f"--nproc-per-node={nproc}", *torchrun_args, str(script), *script_args]
+    return " ".join(p if "<" in p else shlex.quote(p) for p in parts)  # <...>: placeholders
+
+
+def _validate(script, nproc, nnodes, timeout, script_args, torchrun_args, env):
+    if not isinstance(nproc, int) or isinstance(nproc, bool) or nproc < 1:
+        raise ValueError(f"nproc must be an int >= 1 (processes per node), got {nproc!r}")
+    if not isinstance(nnodes, int) or isinstance(nnodes, bool) or nnodes < 1:
+        raise ValueError(f"nnodes must be an int >= 1 (simulated nodes), got {nnodes!r}")
+    if not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+    path = Path(script)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"worker script {str(script)!r} not found (cwd: {Path.cwd().name}/). "
+            "Run the %%writefile cell that creates it first."
+        )
+    for name, seq in (("args", script_args), ("torchrun_args", torchrun_args)):
+        if isinstance(seq, str) or not all(isinstance(a, (str, int, float)) for a in seq):
+            raise TypeError(f"{name} must be a list of strings, e.g. ['--epochs', '3'], got {seq!r}")
+    for flag in torchrun_args:
+        if str(flag).split("=")[0] in ("--nproc-per-node", "--nproc_per_node", "--nnodes",
+                                       "--standalone", "--node-rank", "--node_rank"):
+            raise ValueError(f"pass {flag!r} through the nproc/nnodes parameters, not torchrun_args")
+    if env is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise TypeError("env must map str to str, e.g. {'EPOCHS': '3'}")
+    return path
+
+
+def _live_sink(live):
+    """Return (write(line), finish()) for the live stream."""
+    mode = os.environ.get("DDP_HELPERS_LIVE", "auto") if live == "auto" else live
+    if mode == "auto":
+        mode = "widget" if _in_kernel() else "stdout"
+    if mode == "widget":
+        try:
+            import ipywidgets
+            from IPython.display import display
+        except ImportError:
+            mode = "stdout"
+        else:
+            out = ipywidgets.Output(layout={"max_height": "18em", "overflow": "auto",
+                                            "border": "1px solid #ccc"})
+            display(out)
+            return out.append_stdout
+    if mode == "stdout":
+        return lambda line: print(line, end="", flush=True)
+    if mode == "quiet":
+        return lambda line: None
+    raise ValueError(f"live must be 'auto', 'widget', 'stdout' or 'quiet', got {live!r}")
+
+
+def _in_kernel() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    ip = get_ipython()
+    return ip is not None and "IPKernelApp" in getattr(ip, "config", {})
+
+
+def _set_pdeathsig():
+    """Ask Linux to SIGTERM the agent if the notebook kernel dies."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _pump(stream, tag, q):
+    for line in iter(stream.readline, ""):
+        q.put((tag, line))
+    q.put((tag, None))
+
+
+def _tree(procs):
+    alive = []
+    for p in procs:
+        try:
+            alive.append(psutil.Process(p.pid))
+            alive += psutil.Process(p.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def terminate(procs, grace: float = _KILL_GRACE_S) -> None:
+    """SIGTERM every agent and every descendant, then SIGKILL what is left."""
+    members = _tree(procs)  # snapshot first: workers run in their own sessions
+    for m in members:
+        try:
+            m.send_signal(signal.SIGTERM)
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(members, timeout=grace)
+    for m in alive + _tree(procs):
+        try:
+            m.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(members, timeout=grace)
+    for p in procs:
+        try:
+            p.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def torchrun(
+    script,
+    nproc: int = 2,
+    *,
+    args=(),
+    env: dict[str, str] | None = None,
+    torchrun_args=(),
+    nnodes: int = 1,
+    timeout: float = 120,
+    live="auto",
+    summary: bool = True,
+) -> LaunchResult:
+    """Run ``script`` under torchrun with ``nproc`` processes per node.
+
+    args           arguments for the worker script
+    env            extra environment variables for every rank
+    torchrun_args  extra torchrun flags, e.g. ["--max-restarts=1"]
+    nnodes         simulated nodes on this machine (one torchrun agent each,
+                   joined through a c10d rendezvous on 127.0.0.1)
+    timeout        seconds before every process is terminated (LaunchTimeout)
+    live           "auto" (widget in Jupyter, stdout elsewhere), "widget",
+                   "stdout" or "quiet"; env DDP_HELPERS_LIVE overrides "auto"
+    summary        print the rank-ordered stdout summary at the end
+
+    Returns a LaunchResult; raises WorkerFailed naming the failing rank.
+    """
+    script_args = [str(a) for a in args] if not isinstance(args, str) else args
+    torchrun_args = [str(a) for a in torchrun_args] if not isinstance(torchrun_args, str) else torchrun_args
+    path = _validate(script, nproc, nnodes, timeout, script_args, torchrun_args, env)
+    shown = _shell_command(script, nproc, nnodes, torchrun_args, script_args)
+    print(f"$ {shown}", flush=True)
+
+    failures_dir = tempfile.TemporaryDirectory(prefix="ddp_failures_")
+    child_env = {**os.environ, **(env or {})}
+    child_env[FAILURES_ENV] = failures_dir.name
+    child_env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = _PREFIX_TEMPLATE
+    child_env.setdefault("PYTHONUNBUFFERED", "1")
+    child_env.pop("DDP_HELPERS_LIVE", None)
+    if sys.platform.startswith("linux") and os.path.exists("/sys/class/net/lo"):
+        child_env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # keep gloo on loopback
+
+    base = [sys.executable, "-m", "torch.distributed.run", "--tee=3",
+            f"--nproc-per-node={nproc}"]
+    if nnodes == 1:
+        commands = [base + ["--standalone"]]
+    else:
+        endpoint = f"127.0.0.1:{free_port()}"
+        commands = [base + [f"--nnodes={nnodes}", f"--node-rank={i}", "--rdzv-backend=c10d",
+                            f"--rdzv-endpoint={endpoint}", "--local-addr=127.0.0.1",
+                            f"--rdzv-id=nb{os.getpid()}"] for i in range(nnodes)]
+    commands = [c + list(torchrun_args) + [str(path), *script_args] for c in commands]
+
+    write_live = _live_sink(live)
+    q: queue.Queue = queue.Queue()
+    procs = []
+    result = LaunchResult(command=shown)
+    agent_log: list[str] = []
+    start = time.monotonic()
+    try:
+        for cmd in commands:
+            p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 env=child_env, start_new_session=True, bufsize=1,
+                                 preexec_fn=_set_pdeathsig if sys.platform.startswith("linux") else None)
+            procs.append(p)
+            for tag, stream in (("out", p.stdout), ("err", p.stderr)):
+                threading.Thread(target=_pump, args=(stream, tag, q), daemon=True).start()
+        open_streams = 2 * len(procs)
+        while open_streams:
+            remaining = timeout - (time.monotonic() - start)
+            if remaining <= 0:
+                raise LaunchTimeout(
+                    f"run exceeded timeout={timeout}s; all {nproc * nnodes} ranks were terminated. "
+                    "Look for a rank waiting in a collective the others never reach, "
+                    "or raise timeout= for longer runs.")
+            try:
+                tag, line = q.get(timeout=min(remaining, 0.2))
+            except queue.Empty:
+                continue
+            if line is None:
+                open_streams -= 1
+                continue
+            write_live(line)
+            m = _PREFIX_RE.match(line.rstrip("\n"))
+            if m:
+                rank, text = int(m.group(1)), m.group(2)
+                bucket = result.stdout if tag == "out" else result.stderr
+                bucket.setdefault(rank, []).append(text)
+            else:
+                agent_log.append(line)
+        for p in procs:
+            p.wait(timeout=max(1.0, timeout - (time.monotonic() - start)))
+    except BaseException:
+        terminate(procs)
+        raise
+    finally:
+        result.seconds = time.monotonic() - start
+    codes = [p.returncode for p in procs]
+    try:
+        if any(codes):
+            raise _failure(result, "".join(agent_log), shown, codes, failures_dir.name)
+    finally:
+        failures_dir.cleanup()
+    if summary:
+        print_summary(result)
+    return result
+
+
+def _first_failed_rank(agent_log: str, failures_dir: str) -> int | None:
+    """The rank that failed first: by the runtime's ns failure records, else torchrun's report."""
+    records = []
+    for path in Path(failures_dir).glob("attempt*_rank*.json"):
+        try:
+            records.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    if records:
+        return min(records, key=lambda r: (-r["attempt"], r["time_ns"]))["rank"]  # last attempt
+    m = _ROOT_CAUSE_RE.search(agent_log)
+    return int(m.group(1)) if m else None
+
+
+def _failure(result, agent_log, shown, codes, failures_dir):
+    exitcodes = {int(r): int(c) for r, c in _FAILURE_RE.findall(agent_log)}
+    rank = _first_failed_rank(agent_log, failures_dir)
+    if rank is None:  # no report (agent killed, bad flag): fall back to what we know
+        lines = agent_log.strip().splitlines()
+        return WorkerFailed(None, max(codes, key=abs),
+                            "\n".join(lines[-_TRACEBACK_TAIL_LINES:]), shown)
+    err = [_relative_paths(_INNER_PREFIX_RE.sub("", s)) for s in result.stderr.get(rank, [])]
+    tail = "\n".join(err[-_TRACEBACK_TAIL_LINES:]) or "(rank wrote nothing to stderr)"
+    others = {r: c for r, c in exitcodes.items() if r != rank}
+    return WorkerFailed(rank, exitcodes.get(rank), tail, shown, others)
+
+
+def _relative_paths(line: str) -> str:
+    """Shorten this machine's paths so a traceback reads the same everywhere."""
+    line = line.replace(str(Path.cwd()) + os.sep, "")
+    return re.sub(r"[^\s\"']*/site-packages/", "<site-packages>/", line)
+
+
+def print_summary(result: LaunchResult) -> None:
+    """Print each rank's stdout, rank 0 first: deterministic whatever the interleaving."""
+    for rank in sorted(result.stdout):
+        for text in result.stdout[rank]:
+            print(f"[rank {rank}] {text}")

@@ -1,0 +1,157 @@
+"""The one place every worker script gets its process group, device and printing.
+
+    from ddp_helpers.runtime import distributed, print0, print_in_rank_order
+
+    with distributed() as ctx:          # reads RANK/LOCAL_RANK/WORLD_SIZE from torchrun
+        x = torch.ones(3, device=ctx.device)
+        ...
+
+Backend and device are chosen here and nowhere else: ``nccl`` and
+``cuda:LOCAL_RANK`` when this node has at least LOCAL_WORLD_SIZE GPUs, ``gloo``
+and the CPU otherwise. ``DDP_BACKEND=gloo`` forces the CPU path on a GPU box.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import sys
+import time
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+DEFAULT_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class DistContext:
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    backend: str
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def _env_int(name: str) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        raise RuntimeError(
+            f"{name} is not set: this script is a distributed worker. Launch it with "
+            "torchrun (or ddp_helpers.launch.torchrun from a notebook), not plain python."
+        )
+    return int(value)
+
+
+def choose_backend(local_world_size: int) -> tuple[str, str]:
+    """(backend, device type): nccl/cuda if every local rank can own a GPU, else gloo/cpu."""
+    forced = os.environ.get("DDP_BACKEND")
+    if forced == "gloo":
+        return "gloo", "cpu"
+    if forced not in (None, "", "nccl"):
+        raise ValueError(f"DDP_BACKEND must be 'gloo' or 'nccl', got {forced!r}")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if gpus >= local_world_size:
+        return "nccl", "cuda"
+    if forced == "nccl":
+        raise RuntimeError(f"DDP_BACKEND=nccl needs {local_world_size} visible GPUs, found {gpus}")
+    return "gloo", "cpu"
+
+
+def setup(timeout_s: float | None = None) -> DistContext:
+    """Initialise the default process group from torchrun's environment."""
+    rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
+    local_rank = _env_int("LOCAL_RANK")
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    backend, device_type = choose_backend(local_world)
+    if device_type == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
+    else:
+        device = torch.device("cpu")
+    timeout_s = float(os.environ.get("DDP_TIMEOUT_S", timeout_s or DEFAULT_TIMEOUT_S))
+    init_kwargs = {"device_id": device} if device_type == "cuda" else {}
+    dist.init_process_group(backend, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout_s), **init_kwargs)
+    return DistContext(rank, local_rank, world, local_world, backend, device)
+
+
+def teardown() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+FAILURES_ENV = "DDP_HELPERS_FAILURES"
+
+
+def record_failure(exc: BaseException) -> None:
+    """Note when this rank failed (ns clock) so the launcher can name the first failing rank.
+
+    When one rank crashes, its peers fail a moment later inside a collective
+    ("Connection closed by peer"); torchrun's own report only has one-second
+    timestamps and often blames a peer. The launcher reads these files instead.
+    """
+    folder = os.environ.get(FAILURES_ENV)
+    if not folder or (isinstance(exc, SystemExit) and exc.code in (None, 0)):
+        return
+    record = {"rank": int(os.environ.get("RANK", -1)), "time_ns": time.time_ns(),
+              "attempt": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)),
+              "error": "".join(traceback.format_exception_only(type(exc), exc)).strip()}
+    name = f"attempt{record['attempt']}_rank{record['rank']}.json"
+    with open(os.path.join(folder, name), "w") as f:
+        json.dump(record, f)
+
+
+@contextmanager
+def distributed(timeout_s: float | None = None):
+    """setup() on entry, destroy_process_group() on a clean exit.
+
+    On an error the rank records it, prints its traceback and exits at once
+    with code 1 (fail fast): its peers then fail inside their next collective
+    and torchrun stops the group, instead of this rank lingering in teardown
+    until torchrun kills it and reports a signal instead of the real error.
+    """
+    ctx = setup(timeout_s)
+    try:
+        yield ctx
+    except SystemExit as exc:
+        if exc.code in (None, 0):
+            teardown()
+            raise
+        _exit_now(exc, exc.code if isinstance(exc.code, int) else 1)
+    except BaseException as exc:
+        _exit_now(exc, 1)
+    else:
+        teardown()
+
+
+def _exit_now(exc: BaseException, code: int) -> None:
+    record_failure(exc)
+    traceback.print_exception(exc)
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(code)
+
+
+def print0(*args, **kwargs) -> None:
+    """print on rank 0 only (or always, outside a process group)."""
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        print(*args, flush=True, **kwargs)
+
+
+def print_in_rank_order(text: str) -> None:
+    """Gather one string per rank and print them on rank 0, rank 0 first."""
+    texts = [None] * dist.get_world_size()
+    dist.all_gather_object(texts, str(text))
+    if dist.get_rank() == 0:
+        for rank, t in enumerate(texts):
+            print(f"rank {rank}: {t}", flush=True)

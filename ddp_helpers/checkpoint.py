@@ -1,0 +1,248 @@
+"""Checkpoints that survive crashes and resume a run exactly.
+
+* ``atomic_save(obj, path)``: ``torch.save`` into a temporary file in the same
+  directory, flush + fsync, then ``os.replace`` onto ``path``. A reader sees the
+  old file or the new one, never a half-written one.
+* ``unwrap(model)`` / ``strip_module_prefix(state_dict)``: get rid of the ``module.``
+  that ``DistributedDataParallel`` (and ``DataParallel``) put in front of every key.
+* ``map_location_for(device)``: what to pass to ``torch.load`` so every tensor lands
+  on this rank's device instead of the device it was saved from.
+* ``save_snapshot`` / ``load_snapshot``: a full training snapshot (model, optimizer,
+  GradScaler, the NEXT epoch, RNG states) that ``torch.load(..., weights_only=True)``
+  accepts: everything is stored as tensors, numbers, strings and plain containers.
+
+RNG states are per process: a snapshot holds the states of the process that saved
+it (rank 0 in the usual pattern). Use ``rng_state()`` / ``set_rng_state()`` to save
+and restore other ranks' states when they differ.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import tempfile
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+SNAPSHOT_FORMAT = 1
+_TMP_SUFFIX = ".tmp"
+
+
+# --------------------------------------------------------------------------- saving
+
+
+def _tmp_prefix(path: Path) -> str:
+    return f".{path.name}."
+
+
+def atomic_save(obj: Any, path: str | os.PathLike,
+                save_fn: Callable[[Any, Any], None] = torch.save) -> Path:
+    """Write ``obj`` to ``path`` so that ``path`` is never half-written.
+
+    ``save_fn(obj, file)`` writes into an open binary file (``torch.save`` by
+    default). The bytes go to a temporary file next to ``path`` (same directory,
+    hence same file system, so the final rename is atomic), are flushed and
+    fsynced, and only then does ``os.replace`` swap it in. If anything fails
+    before that, the temporary file is removed and the previous ``path`` is
+    untouched. (A process killed by SIGKILL cannot clean up: its temporary file
+    stays behind, see ``remove_stale_temp_files``; ``path`` is still intact.)
+    """
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=_TMP_SUFFIX, dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            save_fn(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_directory(directory)  # make the rename itself durable
+    return path
+
+
+def _fsync_directory(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # some platforms cannot open directories
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def stale_temp_files(path: str | os.PathLike) -> list[Path]:
+    """Temporary files ``atomic_save(..., path)`` left behind (a saver was killed)."""
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    return sorted(directory.glob(f"{_tmp_prefix(path)}*{_TMP_SUFFIX}"))
+
+
+def remove_stale_temp_files(path: str | os.PathLike) -> list[Path]:
+    """Delete those leftovers; call it only when no save to ``path`` is running."""
+    removed = stale_temp_files(path)
+    for p in removed:
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+    return removed
+
+
+# --------------------------------------------------------------------------- module. prefix
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The plain model inside DDP / DataParallel / torch.compile wrappers."""
+    while True:
+        if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
+            model = model.module
+        elif hasattr(model, "_orig_mod") and isinstance(model._orig_mod, nn.Module):
+            model = model._orig_mod  # torch.compile's OptimizedModule
+        else:
+            return model
+
+
+def strip_module_prefix(state_dict: Mapping[str, Any], prefix: str = "module.") -> OrderedDict:
+    """A copy of ``state_dict`` with a leading ``prefix`` removed from every key that has it."""
+    out = OrderedDict((k[len(prefix):] if k.startswith(prefix) else k, v) for k, v in state_dict.items())
+    metadata = getattr(state_dict, "_metadata", None)
+    if metadata is not None:  # per-module version info load_state_dict reads
+        out._metadata = OrderedDict(
+            (k[len(prefix):] if k.startswith(prefix) else ("" if k + "." == prefix else k), v)
+            for k, v in metadata.items())
+    return out
+
+
+# --------------------------------------------------------------------------- map_location
+
+
+def map_location_for(device: torch.device | str | int):
+    """``map_location`` for ``torch.load`` on a rank that computes on ``device``.
+
+    CPU: ``"cpu"``. CUDA: the device itself, which sends every storage to it,
+    whichever GPU it was saved from (the dict ``{"cuda:0": f"cuda:{k}"}`` only
+    remaps storages saved from GPU 0). Without a map_location, ``torch.load``
+    restores each storage to the device recorded in the file: ``cuda:0`` for a
+    file rank 0 saved, on every rank.
+    """
+    device = torch.device(device)
+    if device.type == "cpu":
+        return "cpu"
+    if device.index is None:
+        raise ValueError(f"give the device index, e.g. 'cuda:{0}', got {device}")
+    return device
+
+
+@contextlib.contextmanager
+def pretend_saved_on(location: str):
+    """Teaching aid for CPU-only machines: tensors saved inside this block are
+    recorded in the file as living on ``location`` (e.g. ``"cuda:0"``), exactly
+    as if they had been saved from that device."""
+    registry = torch.serialization._package_registry
+    entry = (-1, lambda obj: location if obj.device.type == "cpu" else None, lambda obj, loc: None)
+    registry.insert(0, entry)
+    try:
+        yield
+    finally:
+        registry.remove(entry)
+
+
+# --------------------------------------------------------------------------- RNG
+
+
+def rng_state() -> dict:
+    """This process's RNG states as tensors and plain values (weights_only-loadable)."""
+    version, mt, gauss_next = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {
+        "torch": torch.get_rng_state(),
+        "python": {"version": int(version), "state": torch.tensor(mt, dtype=torch.int64),
+                   "gauss_next": gauss_next},
+        "numpy": {"name": str(name), "keys": torch.from_numpy(keys.astype(np.int64)),
+                  "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
+    return state
+
+
+def set_rng_state(state: Mapping) -> None:
+    """Restore what ``rng_state()`` returned (tensors may be on any device)."""
+    torch.set_rng_state(state["torch"].cpu())
+    py = state["python"]
+    random.setstate((py["version"], tuple(int(v) for v in py["state"].tolist()), py["gauss_next"]))
+    npy = state["numpy"]
+    np.random.set_state((npy["name"], npy["keys"].cpu().numpy().astype(np.uint32), npy["pos"],
+                         npy["has_gauss"], npy["cached_gaussian"]))
+    cuda = state.get("cuda") or []
+    if cuda and torch.cuda.is_available():
+        for index, s in enumerate(cuda[: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(s.cpu(), index)
+
+
+# --------------------------------------------------------------------------- snapshots
+
+
+def save_snapshot(path: str | os.PathLike, *, model: nn.Module, optimizer: torch.optim.Optimizer | None,
+                  epoch_next: int, scaler=None, extra: Mapping | None = None) -> Path:
+    """Atomically save everything a run needs to continue at epoch ``epoch_next``.
+
+    ``epoch_next`` is the first epoch NOT yet done (finished epoch + 1): storing the
+    finished one makes the resumed run train it twice. ``extra`` must itself be
+    weights_only-loadable (tensors, numbers, strings, lists, dicts).
+    """
+    if not isinstance(epoch_next, int) or isinstance(epoch_next, bool) or epoch_next < 0:
+        raise ValueError(f"epoch_next must be an int >= 0 (the next epoch to run), got {epoch_next!r}")
+    snapshot = {
+        "format": SNAPSHOT_FORMAT,
+        "model": unwrap(model).state_dict(),
+        "optimizer": optimizer.state_dict() if optimizer is not None else None,
+        "scaler": scaler.state_dict() if scaler is not None else None,
+        "epoch_next": epoch_next,
+        "rng": rng_state(),
+        "extra": dict(extra) if extra is not None else {},
+    }
+    return atomic_save(snapshot, path)
+
+
+def read_snapshot(path: str | os.PathLike, map_location="cpu") -> dict:
+    """The snapshot dict, loaded with ``weights_only=True`` (no code runs)."""
+    snapshot = torch.load(path, map_location=map_location, weights_only=True)
+    if not isinstance(snapshot, dict) or snapshot.get("format") != SNAPSHOT_FORMAT:
+        raise ValueError(f"{path} is not a snapshot written by save_snapshot")
+    return snapshot
+
+
+def load_snapshot(path: str | os.PathLike, *, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
+                  scaler=None, map_location=None, restore_rng: bool = True) -> int:
+    """Restore a ``save_snapshot`` file into ``model`` (plain or wrapped) and friends.
+
+    ``map_location=None`` maps every tensor to the device of the model's first
+    parameter. Returns the epoch to run next.
+    """
+    plain = unwrap(model)
+    if map_location is None:
+        first = next(plain.parameters(), None)
+        map_location = map_location_for(first.device if first is not None else "cpu")
+    snapshot = read_snapshot(path, map_location)
+    plain.load_state_dict(snapshot["model"])
+    if optimizer is not None:
+        if snapshot["optimizer"] is None:
+            raise ValueError(f"{path} holds no optimizer state")
+        optimizer.load_state_dict(snapshot["optimizer"])
+    if scaler is not None and snapshot["scaler"] is not None:
+        scaler.load_state_dict(snapshot["scaler"])
+    if restore_rng:
+        set_rng_state(snapshot["rng"])
+    return int(snapshot["epoch_next"])

@@ -1,0 +1,376 @@
+"""Samplers for data-parallel training and exact distributed evaluation.
+
+Three parts, used by notebook 02 (samplers) and notebook 07 (exact evaluation):
+
+1. The arithmetic of ``torch.utils.data.DistributedSampler`` written out as plain
+   functions (:func:`num_samples`, :func:`total_size`, :func:`padding_size`,
+   :func:`global_order`, :func:`rank_indices`), so a notebook can check them
+   against torch's sampler.
+2. Exact evaluation sharding: :class:`UnpaddedDistributedSampler` (strided, no
+   padding, so per-rank counts may differ by one), :func:`deduplicate` for
+   ``(index, value)`` pairs gathered from a padded sampler, and
+   :func:`all_gather_deduplicated`, which does the gathering in a process group.
+3. The sampler explorer: :func:`sampler_grid` (a rank x position grid computed
+   by torch's own ``DistributedSampler``), :func:`draw_sampler_grid` and the
+   ipywidgets :func:`sampler_explorer`.
+
+Plus two small datasets the notebook's DataLoader workers must be able to
+import: :class:`RangeStream` (an ``IterableDataset`` sharded by rank and by
+DataLoader worker) and :class:`NoisyIndex` (returns the worker's random draw).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Sized
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.utils.data import DistributedSampler, IterableDataset, Sampler, get_worker_info
+
+__all__ = [
+    "num_samples", "total_size", "padding_size", "global_order", "rank_indices",
+    "UnpaddedDistributedSampler", "unpadded_counts", "deduplicate", "all_gather_deduplicated",
+    "SamplerGrid", "sampler_grid", "draw_sampler_grid", "sampler_explorer",
+    "RangeStream", "NoisyIndex",
+]
+
+
+# --------------------------------------------------------------------------- 1. arithmetic
+
+def _check(n: int, num_replicas: int, rank: int | None = None) -> None:
+    if n < 1:
+        raise ValueError(f"dataset size must be >= 1, got {n}")
+    if num_replicas < 1:
+        raise ValueError(f"num_replicas must be >= 1, got {num_replicas}")
+    if rank is not None and not 0 <= rank < num_replicas:
+        raise ValueError(f"rank must be in [0, {num_replicas - 1}], got {rank}")
+
+
+def num_samples(n: int, num_replicas: int, drop_last: bool = False) -> int:
+    """How many indices each rank gets from a DistributedSampler over ``n`` items.
+
+    drop_last=False rounds up (the last ranks are topped up with repeats);
+    drop_last=True rounds down (the tail that does not fill a round is dropped).
+    """
+    _check(n, num_replicas)
+    return n // num_replicas if drop_last else -(-n // num_replicas)
+
+
+def total_size(n: int, num_replicas: int, drop_last: bool = False) -> int:
+    """Length of the padded (or truncated) global index list: num_samples * num_replicas."""
+    return num_samples(n, num_replicas, drop_last) * num_replicas
+
+
+def padding_size(n: int, num_replicas: int, drop_last: bool = False) -> int:
+    """Signed change of the global list: > 0 repeats added, < 0 indices dropped."""
+    return total_size(n, num_replicas, drop_last) - n
+
+
+def global_order(n: int, num_replicas: int, *, shuffle: bool = True, seed: int = 0,
+                 epoch: int = 0, drop_last: bool = False) -> list[int]:
+    """The global index list every rank builds before taking its stride.
+
+    A permutation of range(n) drawn from a generator seeded with seed + epoch
+    (or range(n) without shuffle), then padded by repeating from the start
+    (cyclically if the padding is longer than the list) or truncated.
+    """
+    _check(n, num_replicas)
+    if shuffle:
+        gen = torch.Generator().manual_seed(seed + epoch)
+        order = torch.randperm(n, generator=gen).tolist()
+    else:
+        order = list(range(n))
+    size = total_size(n, num_replicas, drop_last)
+    repeats = math.ceil(size / n)
+    return (order * repeats)[:size]
+
+
+def rank_indices(n: int, num_replicas: int, rank: int, *, shuffle: bool = True, seed: int = 0,
+                 epoch: int = 0, drop_last: bool = False) -> list[int]:
+    """What DistributedSampler(rank=rank) yields: every num_replicas-th entry from position rank."""
+    _check(n, num_replicas, rank)
+    order = global_order(n, num_replicas, shuffle=shuffle, seed=seed, epoch=epoch, drop_last=drop_last)
+    return order[rank::num_replicas]
+
+
+# --------------------------------------------------------------------------- 2. exact evaluation
+
+def _length(dataset_or_len) -> int:
+    return int(dataset_or_len) if isinstance(dataset_or_len, (int, np.integer)) else len(dataset_or_len)
+
+
+def unpadded_counts(n: int, num_replicas: int) -> list[int]:
+    """Per-rank sample counts of UnpaddedDistributedSampler: the first n % R ranks get one more."""
+    _check(n, num_replicas)
+    return [len(range(rank, n, num_replicas)) for rank in range(num_replicas)]
+
+
+class UnpaddedDistributedSampler(Sampler[int]):
+    """Every index exactly once across ranks: strided like DistributedSampler, never padded.
+
+    Rank r gets positions r, r + R, r + 2R, ... of range(n) (or of the shared
+    permutation seeded with seed + epoch when shuffle=True), so the ranks'
+    counts differ by at most one. Use it for evaluation, where a repeated
+    sample would be counted twice; do not use it for DDP training steps,
+    where a rank with one batch fewer leaves its peers waiting in an all-reduce.
+    """
+
+    def __init__(self, dataset_or_len: Sized | int, num_replicas: int | None = None,
+                 rank: int | None = None, shuffle: bool = False, seed: int = 0) -> None:
+        if num_replicas is None:
+            num_replicas = dist.get_world_size() if dist.is_initialized() else 1
+        if rank is None:
+            rank = dist.get_rank() if dist.is_initialized() else 0
+        self.n = _length(dataset_or_len)
+        _check(self.n, num_replicas, rank)
+        self.num_replicas, self.rank = num_replicas, rank
+        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[int]:
+        if self.shuffle:
+            order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.seed + self.epoch))
+            order = order.tolist()
+        else:
+            order = range(self.n)
+        return iter(list(order[self.rank::self.num_replicas]))
+
+    def __len__(self) -> int:
+        return len(range(self.rank, self.n, self.num_replicas))
+
+
+def deduplicate(indices, values) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keep one ``value`` per dataset ``index``; return (sorted unique indices, their values).
+
+    For results gathered from a padded DistributedSampler: the padded repeats
+    carry the same index as the original. Negative indices (filler) are ignored.
+    Raises ValueError if two copies of one index carry different values, which
+    would mean the ranks did not evaluate the same model on the same sample.
+    """
+    indices = torch.as_tensor(indices).reshape(-1).long()
+    values = torch.as_tensor(values)
+    if values.dim() == 0 or values.shape[0] != indices.shape[0]:
+        raise ValueError(f"{indices.shape[0]} indices but values of shape {tuple(values.shape)}")
+    keep = indices >= 0
+    indices, values = indices[keep], values[keep]
+    order = torch.argsort(indices, stable=True)
+    indices, values = indices[order], values[order]
+    first = torch.ones_like(indices, dtype=torch.bool)
+    first[1:] = indices[1:] != indices[:-1]
+    # every copy must agree with the first copy of its index
+    first_pos = torch.cumsum(first.long(), 0) - 1
+    unique_vals = values[first]
+    if not torch.equal(unique_vals[first_pos], values):
+        raise ValueError("copies of one index carry different values")
+    return indices[first], unique_vals
+
+
+def all_gather_deduplicated(indices: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gather every rank's (index, value) pairs and de-duplicate them; the same result on every rank.
+
+    Works for equal per-rank counts (a padded DistributedSampler) and unequal
+    ones (UnpaddedDistributedSampler, the last batch of a stream): each rank
+    pads its part to the longest with index -1 before the all_gather.
+    ``values`` has one row per index (any trailing shape, any dtype).
+    """
+    indices = torch.as_tensor(indices).reshape(-1).long()
+    values = torch.as_tensor(values)
+    device = values.device
+    count = torch.tensor([indices.numel()], device=device)
+    counts = [torch.zeros_like(count) for _ in range(dist.get_world_size())]
+    dist.all_gather(counts, count)
+    longest = int(max(c.item() for c in counts))
+    pad = longest - indices.numel()
+    idx = torch.cat([indices.to(device), torch.full((pad,), -1, dtype=torch.long, device=device)])
+    val = torch.cat([values, torch.zeros((pad, *values.shape[1:]), dtype=values.dtype, device=device)])
+    all_idx = [torch.empty_like(idx) for _ in counts]
+    all_val = [torch.empty_like(val) for _ in counts]
+    dist.all_gather(all_idx, idx)
+    dist.all_gather(all_val, val)
+    return deduplicate(torch.cat(all_idx).cpu(), torch.cat(all_val).cpu())
+
+
+# --------------------------------------------------------------------------- 3. explorer
+
+@dataclass(frozen=True)
+class SamplerGrid:
+    """What DistributedSampler hands each rank, laid out rank x position.
+
+    grid[r, p]     the dataset index rank r gets at position p (torch's sampler)
+    duplicate[r, p] True where that index was already handed out earlier in the
+                   global order (position-major: p * R + r) - a padded repeat
+    dropped        dataset indices no rank sees (drop_last=True)
+    """
+
+    n: int
+    num_replicas: int
+    drop_last: bool
+    shuffle: bool
+    seed: int
+    epoch: int
+    grid: np.ndarray
+    duplicate: np.ndarray
+    dropped: tuple[int, ...]
+
+    @property
+    def num_samples(self) -> int:
+        return self.grid.shape[1]
+
+
+def sampler_grid(n: int, num_replicas: int, *, drop_last: bool = False, shuffle: bool = True,
+                 seed: int = 0, epoch: int = 0) -> SamplerGrid:
+    """Build the rank x position grid by asking torch's DistributedSampler for every rank."""
+    _check(n, num_replicas)
+    rows = []
+    for rank in range(num_replicas):
+        sampler = DistributedSampler(range(n), num_replicas=num_replicas, rank=rank,
+                                     shuffle=shuffle, seed=seed, drop_last=drop_last)
+        sampler.set_epoch(epoch)
+        rows.append(list(sampler))
+    grid = np.array(rows, dtype=np.int64).reshape(num_replicas, -1)
+    duplicate = np.zeros(grid.shape, dtype=bool)
+    seen: set[int] = set()
+    for p in range(grid.shape[1]):  # the global order is position-major
+        for r in range(num_replicas):
+            duplicate[r, p] = int(grid[r, p]) in seen
+            seen.add(int(grid[r, p]))
+    dropped = tuple(sorted(set(range(n)) - seen))
+    return SamplerGrid(n, num_replicas, drop_last, shuffle, seed, epoch, grid, duplicate, dropped)
+
+
+COLORS = {"sample": "#cfe2f3", "duplicate": "#f6b26b", "dropped": "#e06666", "empty": "#ffffff"}
+
+
+def draw_sampler_grid(data: SamplerGrid, ax=None):
+    """Draw the grid: one row per rank, padded repeats in orange, dropped samples in a red strip below.
+
+    Returns the matplotlib Figure (the caller shows or closes it).
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch, Rectangle
+
+    R, S = data.grid.shape
+    width = max(S, len(data.dropped), 1)
+    if ax is None:
+        fig_w = min(max(1.5 + 0.5 * width, 7.0), 14.0)
+        cell = min(0.5, (fig_w - 1.5) / width)  # inches per cell (cells are square)
+        fig, ax = plt.subplots(figsize=(fig_w, 1.8 + cell * (R + 1.5)))
+    else:
+        fig = ax.figure
+    label_size = 9 if width <= 20 else 7 if width <= 32 else 0
+    for r in range(R):
+        for p in range(S):
+            color = COLORS["duplicate"] if data.duplicate[r, p] else COLORS["sample"]
+            ax.add_patch(Rectangle((p, r), 1, 1, facecolor=color, edgecolor="grey", lw=0.6))
+            if label_size:
+                ax.text(p + 0.5, r + 0.5, str(data.grid[r, p]), ha="center", va="center", fontsize=label_size)
+    drop_row = R + 0.5
+    for k, idx in enumerate(data.dropped):
+        ax.add_patch(Rectangle((k, drop_row), 1, 1, facecolor=COLORS["dropped"], edgecolor="grey", lw=0.6))
+        if label_size:
+            ax.text(k + 0.5, drop_row + 0.5, str(idx), ha="center", va="center", fontsize=label_size)
+    ax.set_xlim(-0.05, width + 0.05)
+    ax.set_aspect("equal")
+    ax.set_ylim(drop_row + 1 if data.dropped else R, 0)
+    ax.set_yticks([r + 0.5 for r in range(R)] + ([drop_row + 0.5] if data.dropped else []))
+    ax.set_yticklabels([f"rank {r}" for r in range(R)] + (["dropped"] if data.dropped else []))
+    ax.set_xticks([p + 0.5 for p in range(S)])
+    ax.set_xticklabels([str(p) for p in range(S)], fontsize=8)
+    ax.set_xlabel("position in the rank's epoch")
+    ax.tick_params(length=0)
+    for side in ("top", "right", "bottom", "left"):
+        ax.spines[side].set_visible(False)
+    ax.set_title(f"DistributedSampler(n={data.n}, num_replicas={R}, drop_last={data.drop_last}, "
+                 f"shuffle={data.shuffle}, seed={data.seed}), epoch {data.epoch}\n"
+                 f"num_samples={S} per rank, {int(data.duplicate.sum())} padded repeats, "
+                 f"{len(data.dropped)} dropped", fontsize=9)
+    ax.legend(handles=[Patch(facecolor=COLORS[k], edgecolor="grey", label=lbl) for k, lbl in
+                       (("sample", "sample"), ("duplicate", "padded repeat"), ("dropped", "dropped"))],
+              loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=3, fontsize=8, frameon=False)
+    ax.xaxis.set_label_position("top")
+    ax.xaxis.tick_top()
+    fig.tight_layout()
+    return fig
+
+
+def sampler_explorer(n: int = 10, num_replicas: int = 3, drop_last: bool = False, shuffle: bool = True,
+                     seed: int = 0, epoch: int = 0):
+    """An ipywidgets box: sliders for the sampler's arguments and the grid they produce.
+
+    The box keeps the latest SamplerGrid in ``box.data`` (handy for tests and asserts).
+    """
+    import ipywidgets as w
+    import matplotlib.pyplot as plt
+
+    controls = {
+        "n": w.IntSlider(value=n, min=1, max=40, description="dataset size"),
+        "num_replicas": w.IntSlider(value=num_replicas, min=1, max=8, description="replicas"),
+        "drop_last": w.Checkbox(value=drop_last, description="drop_last"),
+        "shuffle": w.Checkbox(value=shuffle, description="shuffle"),
+        "seed": w.IntText(value=seed, description="seed"),
+        "epoch": w.IntSlider(value=epoch, min=0, max=9, description="epoch"),
+    }
+    out = w.Output()
+    box = w.VBox([w.HBox([controls["n"], controls["num_replicas"], controls["epoch"]]),
+                  w.HBox([controls["drop_last"], controls["shuffle"], controls["seed"]]), out])
+
+    def redraw(_change=None):
+        box.data = sampler_grid(**{k: c.value for k, c in controls.items()})
+        out.clear_output(wait=True)
+        with out:
+            fig = draw_sampler_grid(box.data)
+            plt.show()
+            plt.close(fig)
+
+    for control in controls.values():
+        control.observe(redraw, names="value")
+    box.controls = controls
+    redraw()
+    return box
+
+
+# --------------------------------------------------------------------------- datasets for the demos
+
+class RangeStream(IterableDataset):
+    """A stream of the integers 0..n-1, split between ranks and DataLoader workers.
+
+    With shard=True, reader ``k = rank * num_workers + worker_id`` of the
+    ``world_size * num_workers`` readers yields the items k, k + readers, ...,
+    so every item is read exactly once. With shard=False every reader yields the
+    whole stream, which is what an IterableDataset does unless you shard it.
+    """
+
+    def __init__(self, n: int, rank: int = 0, world_size: int = 1, shard: bool = True) -> None:
+        _check(n, world_size, rank)
+        self.n, self.rank, self.world_size, self.shard = n, rank, world_size, shard
+
+    def __iter__(self) -> Iterator[int]:
+        info = get_worker_info()  # None in the main process (num_workers=0)
+        workers, worker_id = (info.num_workers, info.id) if info is not None else (1, 0)
+        if not self.shard:
+            return iter(range(self.n))
+        reader = self.rank * workers + worker_id
+        return iter(range(reader, self.n, self.world_size * workers))
+
+
+class NoisyIndex(torch.utils.data.Dataset):
+    """Item i is (i, worker seed, a random draw): the draw stands for random augmentation.
+
+    The draw comes from torch's global RNG in whichever process loads the item,
+    so it shows which seed that process was given (-1 in the main process).
+    """
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> tuple[int, int, float]:
+        info = get_worker_info()
+        return i, (info.seed if info is not None else -1), torch.rand(()).item()

@@ -1,0 +1,184 @@
+"""Unit tests for ddp_helpers.samplers: the sampler arithmetic, exact evaluation, the explorer."""
+
+import itertools
+import os
+import tempfile
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+import pytest
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler
+
+from ddp_helpers import samplers as S
+
+GRID = list(itertools.product([1, 2, 5, 7, 10, 12], [1, 2, 3, 4, 8], [False, True], [False, True]))
+
+
+def torch_indices(n, r, rank, drop_last, shuffle, seed=0, epoch=0):
+    sampler = DistributedSampler(range(n), num_replicas=r, rank=rank, shuffle=shuffle,
+                                 seed=seed, drop_last=drop_last)
+    sampler.set_epoch(epoch)
+    return list(sampler), len(sampler), sampler.total_size
+
+
+@pytest.mark.parametrize("n,r,drop_last,shuffle", GRID)
+def test_arithmetic_matches_torch(n, r, drop_last, shuffle):
+    if drop_last and n < r:
+        pytest.skip("torch yields nothing per rank here; covered below")
+    for rank in range(r):
+        idx, length, total = torch_indices(n, r, rank, drop_last, shuffle, seed=3, epoch=2)
+        assert S.num_samples(n, r, drop_last) == length
+        assert S.total_size(n, r, drop_last) == total
+        assert S.rank_indices(n, r, rank, shuffle=shuffle, seed=3, epoch=2, drop_last=drop_last) == idx
+
+
+def test_drop_last_smaller_than_replicas_gives_empty_ranks():
+    assert S.num_samples(2, 4, drop_last=True) == 0
+    assert torch_indices(2, 4, 0, True, False)[0] == [] == S.rank_indices(2, 4, 0, drop_last=True)
+
+
+def test_padding_repeats_from_the_start_and_sign():
+    assert S.global_order(5, 4, shuffle=False) == [0, 1, 2, 3, 4, 0, 1, 2]
+    assert S.padding_size(5, 4) == 3 and S.padding_size(5, 4, drop_last=True) == -1
+    assert S.global_order(2, 5, shuffle=False) == [0, 1, 0, 1, 0]  # cyclic when padding > n
+
+
+def test_arithmetic_rejects_bad_arguments():
+    with pytest.raises(ValueError):
+        S.num_samples(0, 2)
+    with pytest.raises(ValueError):
+        S.rank_indices(4, 2, 2)
+
+
+@pytest.mark.parametrize("n,r", [(1, 1), (7, 3), (10, 4), (12, 3), (3, 5)])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_unpadded_sampler_covers_each_index_once(n, r, shuffle):
+    parts = [list(S.UnpaddedDistributedSampler(n, r, rank, shuffle=shuffle, seed=1)) for rank in range(r)]
+    assert sorted(itertools.chain(*parts)) == list(range(n))
+    assert [len(p) for p in parts] == S.unpadded_counts(n, r)
+    assert [len(S.UnpaddedDistributedSampler(list(range(n)), r, k)) for k in range(r)] == S.unpadded_counts(n, r)
+    assert max(S.unpadded_counts(n, r)) - min(S.unpadded_counts(n, r)) <= 1
+
+
+def test_unpadded_sampler_shuffle_follows_torch_permutation_and_epoch():
+    a = S.UnpaddedDistributedSampler(10, 2, 0, shuffle=True, seed=5)
+    perm = torch.randperm(10, generator=torch.Generator().manual_seed(5)).tolist()
+    assert list(a) == perm[0::2]
+    a.set_epoch(1)
+    assert list(a) == torch.randperm(10, generator=torch.Generator().manual_seed(6)).tolist()[0::2]
+
+
+def test_deduplicate_removes_padded_repeats():
+    idx = torch.tensor([3, 0, 1, 3, -1, 2])
+    val = torch.tensor([30.0, 0.0, 10.0, 30.0, 99.0, 20.0])
+    u, v = S.deduplicate(idx, val)
+    assert u.tolist() == [0, 1, 2, 3] and v.tolist() == [0.0, 10.0, 20.0, 30.0]
+    u2, v2 = S.deduplicate(idx, torch.stack([val, -val], 1))
+    assert v2.shape == (4, 2) and v2[:, 1].tolist() == [-0.0, -10.0, -20.0, -30.0]
+    with pytest.raises(ValueError):
+        S.deduplicate(torch.tensor([1, 1]), torch.tensor([1.0, 2.0]))
+    with pytest.raises(ValueError):
+        S.deduplicate(torch.tensor([1, 2]), torch.tensor([1.0]))
+
+
+def test_deduplicate_of_padded_sampler_equals_dataset():
+    n, r = 10, 4
+    values = torch.arange(n) * 2
+    gathered = [i for rank in range(r) for i in S.rank_indices(n, r, rank, seed=2)]
+    u, v = S.deduplicate(gathered, values[gathered])
+    assert len(gathered) == 12 and u.tolist() == list(range(n)) and torch.equal(v, values)
+
+
+def test_all_gather_deduplicated_single_process_group():
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group("gloo", init_method=f"file://{os.path.join(tmp, 'store')}",
+                                rank=0, world_size=1)
+        try:
+            u, v = S.all_gather_deduplicated(torch.tensor([2, 0, 2]), torch.tensor([[2, 2], [0, 0], [2, 2]]))
+            assert u.tolist() == [0, 2] and v.tolist() == [[0, 0], [2, 2]]
+            assert len(S.UnpaddedDistributedSampler(5)) == 5  # world size and rank from the group
+        finally:
+            dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("n,r,drop_last,shuffle", GRID)
+def test_sampler_grid_marks_duplicates_and_dropped(n, r, drop_last, shuffle):
+    g = S.sampler_grid(n, r, drop_last=drop_last, shuffle=shuffle, seed=1, epoch=3)
+    assert g.grid.shape == (r, S.num_samples(n, r, drop_last))
+    for rank in range(r):
+        assert g.grid[rank].tolist() == torch_indices(n, r, rank, drop_last, shuffle, 1, 3)[0]
+    assert int(g.duplicate.sum()) == max(S.padding_size(n, r, drop_last), 0)
+    assert len(g.dropped) == max(-S.padding_size(n, r, drop_last), 0)
+    seen = set(g.grid[~g.duplicate].tolist())
+    assert len(seen) == int((~g.duplicate).sum())  # first copies are distinct
+    assert seen | set(g.dropped) == set(range(n)) and not seen & set(g.dropped)
+
+
+def test_sampler_grid_unshuffled_layout():
+    g = S.sampler_grid(5, 2, shuffle=False)
+    assert g.grid.tolist() == [[0, 2, 4], [1, 3, 0]]
+    assert g.duplicate.tolist() == [[False, False, False], [False, False, True]]
+    g = S.sampler_grid(5, 2, shuffle=False, drop_last=True)
+    assert g.grid.tolist() == [[0, 2], [1, 3]] and g.dropped == (4,)
+
+
+def test_draw_sampler_grid_colours_cells():
+    from matplotlib.colors import to_hex
+    g = S.sampler_grid(5, 2, shuffle=False)
+    fig = S.draw_sampler_grid(g)
+    ax = fig.axes[0]
+    colours = [to_hex(p.get_facecolor()) for p in ax.patches]
+    assert colours.count(S.COLORS["duplicate"]) == 1 and colours.count(S.COLORS["sample"]) == 5
+    assert sorted(t.get_text() for t in ax.texts) == sorted("024130")
+    plt.close(fig)
+    fig = S.draw_sampler_grid(S.sampler_grid(5, 2, shuffle=False, drop_last=True))
+    colours = [to_hex(p.get_facecolor()) for p in fig.axes[0].patches]
+    assert colours.count(S.COLORS["dropped"]) == 1
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["rank 0", "rank 1", "dropped"]
+    plt.close(fig)
+    big = S.draw_sampler_grid(S.sampler_grid(40, 1))  # too wide for labels: no text
+    assert len(big.axes[0].texts) == 0
+    plt.close(big)
+
+
+def test_explorer_recomputes_on_change():
+    box = S.sampler_explorer(n=10, num_replicas=3)
+    assert box.data.grid.shape == (3, 4)
+    box.controls["drop_last"].value = True
+    assert box.data.grid.shape == (3, 3) and box.data.dropped and box.data.drop_last
+    box.controls["num_replicas"].value = 5
+    assert box.data.grid.shape == (5, 2) and box.data.dropped == ()
+    before = box.data.grid.copy()
+    box.controls["epoch"].value = 1
+    assert (box.data.grid != before).any()
+    plt.close("all")
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_range_stream_every_item_once(world, workers):
+    n = 11
+    seen = []
+    for rank in range(world):
+        loader = DataLoader(S.RangeStream(n, rank, world), batch_size=None, num_workers=workers)
+        seen += [int(x) for x in loader]
+    assert sorted(seen) == list(range(n))
+
+
+def test_range_stream_unsharded_repeats_per_worker():
+    loader = DataLoader(S.RangeStream(5, shard=False), batch_size=None, num_workers=2)
+    assert sorted(int(x) for x in loader) == sorted(list(range(5)) * 2)
+
+
+def test_noisy_index_reports_worker_seed():
+    gen = torch.Generator().manual_seed(7)
+    base = torch.empty((), dtype=torch.int64).random_(generator=torch.Generator().manual_seed(7)).item()
+    loader = DataLoader(S.NoisyIndex(4), batch_size=2, num_workers=2, generator=gen)
+    seeds = sorted({int(s) for _, batch_seeds, _ in loader for s in batch_seeds})
+    assert seeds == [base, base + 1]
+    assert S.NoisyIndex(3)[1][:2] == (1, -1)

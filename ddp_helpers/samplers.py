@@ -306,6 +306,7 @@ def sampler_explorer(n: int = 10, num_replicas: int = 3, drop_last: bool = False
     """
     import ipywidgets as w
     import matplotlib.pyplot as plt
+    from IPython.display import display
 
     controls = {
         "n": w.IntSlider(value=n, min=1, max=40, description="dataset size"),
@@ -324,7 +325,7 @@ def sampler_explorer(n: int = 10, num_replicas: int = 3, drop_last: bool = False
         out.clear_output(wait=True)
         with out:
             fig = draw_sampler_grid(box.data)
-            plt.show()
+            display(fig)  # works whatever the matplotlib backend (inline, agg)
             plt.close(fig)
 
     for control in controls.values():

@@ -19,8 +19,8 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -78,11 +78,25 @@ def setup(timeout_s: float | None = None) -> DistContext:
         torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
     else:
         device = torch.device("cpu")
-    timeout_s = float(os.environ.get("DDP_TIMEOUT_S", timeout_s or DEFAULT_TIMEOUT_S))
+    timeout = datetime.timedelta(seconds=float(os.environ.get("DDP_TIMEOUT_S", timeout_s or DEFAULT_TIMEOUT_S)))
     init_kwargs = {"device_id": device} if device_type == "cuda" else {}
-    dist.init_process_group(backend, rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=timeout_s), **init_kwargs)
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout,
+                            store=_attempt_store(world, timeout), **init_kwargs)
     return DistContext(rank, local_rank, world, local_world, backend, device)
+
+
+def _attempt_store(world_size: int, timeout: datetime.timedelta):
+    """A store namespaced by torchrun's restart count, or None for the default env:// store.
+
+    Under torchrun every attempt reuses the agent's TCPStore, so after a restart
+    (--max-restarts) ranks can read the previous attempt's gloo addresses and fail
+    with "connectFullMesh ... Connection refused". A per-attempt prefix avoids it.
+    """
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    client = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+                           is_master=False, timeout=timeout)
+    return dist.PrefixStore(f"/worker/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", client)
 
 
 def teardown() -> None:

@@ -38,6 +38,7 @@ _ROOT_CAUSE_RE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+)", re.S)
 _FAILURE_RE = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 _TRACEBACK_TAIL_LINES = 15
 _KILL_GRACE_S = 5.0
+_PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent) + os.sep  # shows ddp_helpers/...
 
 
 class LaunchError(RuntimeError):
@@ -342,7 +343,7 @@ def _failure(result, agent_log, shown, codes, failures_dir):
 
 def _relative_paths(line: str) -> str:
     """Shorten this machine's paths so a traceback reads the same everywhere."""
-    line = line.replace(str(Path.cwd()) + os.sep, "")
+    line = line.replace(str(Path.cwd()) + os.sep, "").replace(_PACKAGE_PARENT, "")
     return re.sub(r"[^\s\"']*/site-packages/", "<site-packages>/", line)
 
 

@@ -150,7 +150,10 @@ def distributed(timeout_s: float | None = None):
 
 def _exit_now(exc: BaseException, code: int) -> None:
     record_failure(exc)
-    traceback.print_exception(exc)
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next  # start at the worker's own frame, as an uncaught error would
+    traceback.print_exception(type(exc), exc, tb)
     sys.stderr.flush()
     sys.stdout.flush()
     os._exit(code)

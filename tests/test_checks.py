@@ -16,6 +16,7 @@ from ddp_helpers.checks import (
     grads,
     max_abs_diff,
     named_tensors,
+    record_grad_ready,
     shard,
 )
 from ddp_helpers.models import ToyModel
@@ -113,6 +114,28 @@ def test_bucket_recorder_counts_allreduces(single_rank_group):
     with ddp.no_sync():
         ddp(torch.randn(4, 10)).sum().backward()
     assert recorder.take() == []  # no_sync: no collective at all
+
+
+def test_timeline_interleaves_grads_and_buckets(single_rank_group):
+    torch.manual_seed(0)
+    model = ToyModel()
+    timeline = []
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=1e-4)  # ~100 bytes: a bucket per layer
+    recorder = BucketRecorder.attach(ddp, timeline)
+    handles = record_grad_ready(model, timeline)
+    for _ in range(2):  # the second backward uses the buckets rebuilt after the first
+        timeline.clear()
+        ddp(torch.randn(4, 10)).sum().backward()
+    assert timeline == ["grad net2.bias", "grad net2.weight", "all-reduce bucket 0",
+                        "grad net1.bias", "grad net1.weight", "all-reduce bucket 1"]
+    assert [names for _, names, _ in recorder.take()][-2:] == [["net2.bias", "net2.weight"],
+                                                              ["net1.bias", "net1.weight"]]
+    for h in handles:
+        h.remove()
+    timeline.clear()
+    model.zero_grad()
+    model(torch.randn(4, 10)).sum().backward()  # the plain module: no DDP hooks, no grad hooks
+    assert timeline == []
 
 
 WORKER = textwrap.dedent('''

@@ -33,7 +33,7 @@ from torch.utils.data import DistributedSampler, IterableDataset, Sampler, get_w
 __all__ = [
     "num_samples", "total_size", "padding_size", "global_order", "rank_indices",
     "UnpaddedDistributedSampler", "unpadded_counts", "deduplicate", "all_gather_deduplicated",
-    "SamplerGrid", "sampler_grid", "draw_sampler_grid", "sampler_explorer",
+    "SamplerGrid", "sampler_grid", "draw_sampler_grid", "show_figure", "sampler_explorer",
     "RangeStream", "NoisyIndex",
 ]
 
@@ -285,9 +285,9 @@ def draw_sampler_grid(data: SamplerGrid, ax=None):
     ax.tick_params(length=0)
     for side in ("top", "right", "bottom", "left"):
         ax.spines[side].set_visible(False)
-    ax.set_title(f"DistributedSampler(n={data.n}, num_replicas={R}, drop_last={data.drop_last}, "
-                 f"shuffle={data.shuffle}, seed={data.seed}), epoch {data.epoch}\n"
-                 f"num_samples={S} per rank, {int(data.duplicate.sum())} padded repeats, "
+    ax.set_title(f"n={data.n}, num_replicas={R}, drop_last={data.drop_last}\n"
+                 f"shuffle={data.shuffle}, seed={data.seed}, epoch={data.epoch}\n"
+                 f"{S} per rank, {int(data.duplicate.sum())} padded repeats, "
                  f"{len(data.dropped)} dropped", fontsize=9)
     ax.legend(handles=[Patch(facecolor=COLORS[k], edgecolor="grey", label=lbl) for k, lbl in
                        (("sample", "sample"), ("duplicate", "padded repeat"), ("dropped", "dropped"))],
@@ -298,6 +298,26 @@ def draw_sampler_grid(data: SamplerGrid, ax=None):
     return fig
 
 
+def show_figure(fig, dpi: int = 100) -> bytes:
+    """Display ``fig`` as one PNG output and close it; return the PNG bytes.
+
+    Unlike ``plt.show()`` or ``display(fig)`` this stores a picture in the
+    notebook under any matplotlib backend, including the ``agg`` backend that
+    headless execution (nbconvert, nbval) uses.
+    """
+    import io
+
+    import matplotlib.pyplot as plt
+    from IPython.display import Image, display
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    plt.close(fig)
+    png = buffer.getvalue()
+    display(Image(data=png, format="png"))
+    return png
+
+
 def sampler_explorer(n: int = 10, num_replicas: int = 3, drop_last: bool = False, shuffle: bool = True,
                      seed: int = 0, epoch: int = 0):
     """An ipywidgets box: sliders for the sampler's arguments and the grid they produce.
@@ -305,8 +325,6 @@ def sampler_explorer(n: int = 10, num_replicas: int = 3, drop_last: bool = False
     The box keeps the latest SamplerGrid in ``box.data`` (handy for tests and asserts).
     """
     import ipywidgets as w
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     controls = {
         "n": w.IntSlider(value=n, min=1, max=40, description="dataset size"),
@@ -324,9 +342,7 @@ def sampler_explorer(n: int = 10, num_replicas: int = 3, drop_last: bool = False
         box.data = sampler_grid(**{k: c.value for k, c in controls.items()})
         out.clear_output(wait=True)
         with out:
-            fig = draw_sampler_grid(box.data)
-            display(fig)  # works whatever the matplotlib backend (inline, agg)
-            plt.close(fig)
+            show_figure(draw_sampler_grid(box.data))
 
     for control in controls.values():
         control.observe(redraw, names="value")

@@ -146,6 +146,12 @@ def test_draw_sampler_grid_colours_cells():
     plt.close(big)
 
 
+def test_show_figure_returns_png_and_closes():
+    fig = S.draw_sampler_grid(S.sampler_grid(4, 2))
+    png = S.show_figure(fig)
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and not plt.fignum_exists(fig.number)
+
+
 def test_explorer_recomputes_on_change():
     box = S.sampler_explorer(n=10, num_replicas=3)
     assert box.data.grid.shape == (3, 4)

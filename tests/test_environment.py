@@ -41,3 +41,10 @@ def test_installed_versions_match_the_pins():
         except PackageNotFoundError:
             raise AssertionError(f"{name} is pinned but not installed; run make venv") from None
         assert installed.split("+")[0] == pinned, (name, installed, pinned)
+
+
+def test_make_lab_binds_localhost_and_keeps_the_token():
+    makefile = (ROOT / "Makefile").read_text()
+    lab = makefile.split("\nlab:")[1].split("\n\n")[0]
+    assert "--ServerApp.ip=127.0.0.1" in lab
+    assert "token=" not in lab.lower() and "password" not in lab.lower()

@@ -8,13 +8,14 @@ NB_ENV  := DDP_HELPERS_LIVE=quiet MPLBACKEND=agg PYTHONHASHSEED=0
 NBVAL   := --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout=300
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 
-.PHONY: help venv lab test unit nbval lint execute nav bench clean
+.PHONY: help venv lab test unit nbval lint execute nav bench handouts clean
 
 help:
 	@echo "make lab      - set up .venv if needed and open JupyterLab on notebooks/ (127.0.0.1, token on)"
 	@echo "make test     - unit tests, lint and strict nbval over every notebook"
 	@echo "make execute  - re-execute every notebook in place (refresh stored outputs); NB=notebooks/03_x.ipynb for one"
 	@echo "make nav      - regenerate the previous/next navigation cells"
+	@echo "make handouts - HTML handouts (student and instructor editions, slides) in build/handouts"
 	@echo "make bench    - performance measurements of notebook 10, outside Jupyter"
 
 # Reinstall only when the pins or the package metadata change.
@@ -48,6 +49,9 @@ execute: $(STAMP)
 	  $(NB_ENV) $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.timeout=600 "$$nb" || exit 1; \
 	done
+
+handouts: $(STAMP)
+	$(BIN)/python tools/handouts.py --slides
 
 bench: $(STAMP)
 	$(BIN)/python -m ddp_helpers.bench

@@ -1,0 +1,184 @@
+"""Pictures of the ring all-reduce and of the collectives (notebook 01).
+
+The data comes from :mod:`ddp_helpers.ring` (the same schedule that
+``ring_all_reduce`` runs); this module only lays it out and draws it.
+
+* :func:`step_view` - what every rank holds after ``k`` steps, and which transfers
+  produced it (pure data, unit-tested).
+* :func:`draw_ring_step` / :func:`ring_step_figure` - that view as a ranks x chunks grid.
+* :func:`ring_stepper` - an ipywidgets slider over the steps, for a chosen N.
+* :func:`draw_holdings` - before/after values of each collective, one row per rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ddp_helpers.ring import (
+    ALL_GATHER,
+    REDUCE_SCATTER,
+    Transfer,
+    num_steps,
+    phase_of,
+    ring_schedule,
+    symbolic_states,
+    terms,
+)
+
+PHASE_COLORS = {REDUCE_SCATTER: "tab:red", ALL_GATHER: "tab:green"}
+
+
+@dataclass(frozen=True)
+class RingView:
+    """State of every rank's chunks after ``step`` steps of the ring on ``n`` ranks."""
+
+    n: int
+    step: int  # 0 = before the first transfer, num_steps(n) = done
+    labels: list[list[str]]  # labels[rank][chunk], e.g. "B0+C0+D0"
+    counts: list[list[int]]  # how many ranks' contributions each chunk holds
+    transfers: list[Transfer]  # the transfers of the step that produced this state
+
+    @property
+    def title(self) -> str:
+        total = num_steps(self.n)
+        if self.step == 0:
+            return f"N={self.n}: before the first step (each rank holds only its own data)"
+        phase, s = phase_of(self.step - 1, self.n)
+        return f"N={self.n}: after step {self.step}/{total} ({phase} step {s + 1}/{self.n - 1})"
+
+    @property
+    def received(self) -> set[tuple[int, int]]:
+        """(rank, chunk) cells written at this step."""
+        return {(t.dst, t.chunk) for t in self.transfers}
+
+
+def step_view(n: int, step: int) -> RingView:
+    """The ring's state after ``step`` steps, computed by :func:`ring.simulate_ring`."""
+    states = symbolic_states(n)
+    if not 0 <= step < len(states):
+        raise ValueError(f"step must be in 0..{len(states) - 1} for n={n}, got {step}")
+    labels = states[step]
+    counts = [[len(terms(label)) for label in row] for row in labels]
+    transfers = ring_schedule(n)[step - 1] if step > 0 else []
+    return RingView(n, step, labels, counts, transfers)
+
+
+def short_label(label: str) -> str:
+    """Long partial sums abbreviated: ``B0+C0+D0+E0`` -> ``B0+…+E0 (4)``."""
+    parts = label.split("+")
+    return label if len(parts) <= 3 else f"{parts[0]}+…+{parts[-1]} ({len(parts)})"
+
+
+def draw_ring_step(ax, view: RingView) -> None:
+    """Draw ``view`` on ``ax``: rows = ranks, columns = chunks, shade = contributions.
+
+    Cells written at this step get a thick border (red: reduce-scatter, added in;
+    green: all-gather, copied in) and an arrow from the sender's cell.
+    """
+    from matplotlib import colormaps
+    from matplotlib.patches import FancyArrowPatch, Rectangle
+
+    n, cmap = view.n, colormaps["Blues"]
+    ax.clear()
+    for r in range(n):
+        for c in range(n):
+            shade = 0.15 + 0.6 * (view.counts[r][c] - 1) / max(1, n - 1)
+            full = view.counts[r][c] == n
+            ax.add_patch(Rectangle((c, r), 1, 1, facecolor=cmap(shade), edgecolor="white"))
+            ax.text(c + 0.5, r + 0.5, short_label(view.labels[r][c]), ha="center", va="center",
+                    fontsize=max(6, 13 - n), color="white" if shade > 0.5 else "black",
+                    fontweight="bold" if full else "normal")
+    for t in view.transfers:
+        color = PHASE_COLORS[t.phase]
+        ax.add_patch(Rectangle((t.chunk + 0.04, t.dst + 0.04), 0.92, 0.92, fill=False,
+                               edgecolor=color, linewidth=2.5))
+        bend = 0.6 if t.dst < t.src else 0.0  # the wrap-around link n-1 -> 0
+        ax.add_patch(FancyArrowPatch((t.chunk + 0.85, t.src + 0.75), (t.chunk + 0.85, t.dst + 0.25),
+                                     connectionstyle=f"arc3,rad={bend}", arrowstyle="-|>",
+                                     mutation_scale=10, color=color, linewidth=1.2))
+    ax.set_xlim(0, n)
+    ax.set_ylim(n, 0)  # rank 0 on top
+    ax.set_xticks([c + 0.5 for c in range(n)], [f"chunk {c}" for c in range(n)])
+    ax.set_yticks([r + 0.5 for r in range(n)], [f"rank {r}" for r in range(n)])
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.set_title(view.title, fontsize=10)
+
+
+def ring_step_figure(n: int, step: int, size: float = 1.3):
+    """A new figure with :func:`draw_ring_step` for ``step_view(n, step)``."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(size * n + 1.5, size * n * 0.6 + 1))
+    draw_ring_step(ax, step_view(n, step))
+    fig.tight_layout()
+    return fig
+
+
+def ring_stepper(n: int = 4, max_n: int = 8):
+    """An ipywidgets slider over the steps of the ring for N ranks (N is a slider too)."""
+    import ipywidgets as widgets
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    n_slider = widgets.IntSlider(value=n, min=2, max=max_n, description="N ranks")
+    step_slider = widgets.IntSlider(value=0, min=0, max=num_steps(n), description="step")
+    out = widgets.Output()
+
+    def redraw(_=None):
+        step_slider.max = num_steps(n_slider.value)
+        with out:
+            out.clear_output(wait=True)
+            fig = ring_step_figure(n_slider.value, step_slider.value)
+            display(fig)
+            plt.close(fig)
+
+    n_slider.observe(redraw, names="value")
+    step_slider.observe(redraw, names="value")
+    redraw()
+    return widgets.VBox([widgets.HBox([n_slider, step_slider]), out])
+
+
+def holdings_text(value) -> str:
+    """How one rank's value is written in the collectives diagram."""
+    if value is None:
+        return "-"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(holdings_text(v) for v in value) + "]"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def draw_holdings(axes, holdings: Mapping[str, Mapping[str, Sequence]]) -> None:
+    """One row of ``axes`` per collective: what each rank holds before and after.
+
+    ``holdings[name] = {"before": [v_rank0, v_rank1, ...], "after": [...]}``; ``None``
+    means the rank holds nothing meaningful (drawn as "-", greyed out).
+    """
+    from matplotlib.patches import Rectangle
+
+    names = list(holdings)
+    if len(axes) != len(names):
+        raise ValueError(f"need one row of axes per collective ({len(names)}), got {len(axes)}")
+    for ax, name in zip(axes, names, strict=True):
+        ax.clear()
+        row = holdings[name]
+        n = len(row["before"])
+        for col, key in enumerate(("before", "after")):
+            x0 = col * (n + 1)
+            for r, value in enumerate(row[key]):
+                face = "#eeeeee" if value is None else ("#dbe9f6" if key == "before" else "#c7e9c0")
+                ax.add_patch(Rectangle((x0 + r, 0), 1, 1, facecolor=face, edgecolor="white"))
+                text = holdings_text(value)
+                ax.text(x0 + r + 0.5, 0.5, text, ha="center", va="center",
+                        fontsize=8 if len(text) <= 16 else 6)
+                ax.text(x0 + r + 0.5, 1.15, f"rank {r}", ha="center", va="bottom", fontsize=7)
+        ax.annotate("", xy=(n + 0.85, 0.5), xytext=(n + 0.15, 0.5),
+                    arrowprops={"arrowstyle": "-|>", "color": "grey"})
+        ax.set_xlim(0, 2 * n + 1)
+        ax.set_ylim(0, 1.6)
+        ax.axis("off")
+        ax.set_title(name, fontsize=9, loc="left")

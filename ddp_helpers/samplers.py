@@ -376,10 +376,10 @@ class RangeStream(IterableDataset):
 
 
 class NoisyIndex(torch.utils.data.Dataset):
-    """Item i is (i, worker seed, a random draw): the draw stands for random augmentation.
+    """Item i is (i, torch seed of the loading worker, a random draw): the draw stands for augmentation.
 
-    The draw comes from torch's global RNG in whichever process loads the item,
-    so it shows which seed that process was given (-1 in the main process).
+    The draw comes from torch's global RNG in whichever process loads the item;
+    the seed is that process's ``torch.initial_seed()`` (-1 in the main process).
     """
 
     def __init__(self, n: int) -> None:
@@ -389,5 +389,5 @@ class NoisyIndex(torch.utils.data.Dataset):
         return self.n
 
     def __getitem__(self, i: int) -> tuple[int, int, float]:
-        info = get_worker_info()
-        return i, (info.seed if info is not None else -1), torch.rand(()).item()
+        in_worker = get_worker_info() is not None
+        return i, (torch.initial_seed() if in_worker else -1), torch.rand(()).item()

@@ -258,14 +258,14 @@ def ring_all_reduce(tensor: torch.Tensor, op=dist.ReduceOp.SUM, group=None, *,
             return  # empty segment (tiny tensor): the sender skips it too
         reducing = step < n - 1
         buf = scratch[(i % window) * slot_len:][:hi - lo] if reducing else flat[lo:hi]
-        pending[i] = (dist.irecv(buf, src=left, tag=i), buf if reducing else None, lo, hi)
+        pending[i] = (dist.irecv(buf, src=left, group=group, tag=i), buf if reducing else None, lo, hi)
         received += (hi - lo) * size
 
     def post_send(step: int, j: int) -> None:
         nonlocal sent, messages
         lo, hi = seg[send_chunk(rank, step, n)][j]
         if hi > lo:  # the tag is the receiver's event index
-            sends.append(dist.isend(flat[lo:hi], dst=right, tag=step * n_seg + j))
+            sends.append(dist.isend(flat[lo:hi], dst=right, group=group, tag=step * n_seg + j))
             sent += (hi - lo) * size
             messages += 1
 

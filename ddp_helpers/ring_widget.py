@@ -65,9 +65,9 @@ def step_view(n: int, step: int) -> RingView:
 
 
 def short_label(label: str) -> str:
-    """Long partial sums abbreviated: ``B0+C0+D0+E0`` -> ``B0+…+E0 (4)``."""
+    """Long partial sums abbreviated: ``B0+C0+D0+E0+A0`` -> ``B0+…+A0 (5)``."""
     parts = label.split("+")
-    return label if len(parts) <= 3 else f"{parts[0]}+…+{parts[-1]} ({len(parts)})"
+    return label if len(parts) <= 4 else f"{parts[0]}+…+{parts[-1]} ({len(parts)})"
 
 
 def draw_ring_step(ax, view: RingView) -> None:

@@ -158,7 +158,8 @@ def test_step_view_data(n):
 
 def test_short_label():
     assert short_label("A0+B0") == "A0+B0"
-    assert short_label("B0+C0+D0+E0") == "B0+…+E0 (4)"
+    assert short_label("B0+C0+D0+E0") == "B0+C0+D0+E0"
+    assert short_label("B0+C0+D0+E0+A0") == "B0+…+A0 (5)"
 
 
 @pytest.mark.parametrize("n,step", [(2, 0), (4, 3), (5, 7)])
@@ -223,6 +224,12 @@ WORKER = textwrap.dedent('''
         m = torch.arange(12.0).reshape(3, 4).t() * (r + 1)  # not contiguous
         ring_all_reduce(m)
         assert torch.equal(m, torch.arange(12.0).reshape(3, 4).t() * n * (n + 1) / 2)
+        sub = dist.new_group([0, 1])  # a subgroup: ranks are translated to global ones
+        if r in (0, 1):
+            y, ref = torch.full((5,), r + 1.0), torch.full((5,), r + 1.0)
+            dist.all_reduce(ref, group=sub)
+            ring_all_reduce(y, group=sub)
+            assert torch.equal(y, ref) and y[0].item() == 3.0
         print("ring ok")
 ''')
 

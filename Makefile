@@ -8,11 +8,12 @@ NB_ENV  := DDP_HELPERS_LIVE=quiet MPLBACKEND=agg PYTHONHASHSEED=0
 NBVAL   := --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout=300
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 
-.PHONY: help venv lab test unit nbval lint execute nav bench handouts clean
+.PHONY: help venv lab test test-browser unit nbval lint execute nav bench handouts clean
 
 help:
 	@echo "make lab      - set up .venv if needed and open JupyterLab on notebooks/ (127.0.0.1, token on)"
 	@echo "make test     - unit tests, lint and strict nbval over every notebook"
+	@echo "make test-browser - run notebooks 00 and 02 in JupyterLab in headless Chromium (needs chromium)"
 	@echo "make execute  - re-execute every notebook in place (refresh stored outputs); NB=notebooks/03_x.ipynb for one"
 	@echo "make nav      - regenerate the previous/next navigation cells"
 	@echo "make handouts - HTML handouts (student and instructor editions, slides) in build/handouts"
@@ -35,7 +36,11 @@ lab: $(STAMP)
 test: $(STAMP) lint unit nbval
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q tests --ignore=tests/browser
+
+# A learner's session in headless Chromium (Debian's chromium package; .ci/run installs it).
+test-browser: $(STAMP)
+	$(BIN)/python -m pytest -q tests/browser
 
 nbval: $(STAMP)
 	$(NB_ENV) $(BIN)/python -m pytest -q $(NBVAL) $(NOTEBOOKS)

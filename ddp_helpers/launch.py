@@ -90,6 +90,12 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def _script_part(script, script_args) -> list[str]:
+    """The script and its arguments; "--" stops torchrun from reading a worker's "--n" or
+    "--max" as an abbreviation of its own --nnodes or --max-restarts."""
+    return ["--", str(script), *script_args] if script_args else [str(script)]
+
+
 def _shell_command(script, nproc, nnodes, torchrun_args, script_args) -> str:
     parts = ["torchrun"]
     if nnodes == 1:
@@ -97,7 +103,7 @@ def _shell_command(script, nproc, nnodes, torchrun_args, script_args) -> str:
     else:
         parts += [f"--nnodes={nnodes}", "--node-rank=<NODE>", "--rdzv-backend=c10d",
                   "--rdzv-endpoint=127.0.0.1:<PORT>"]
-    parts += [f"--nproc-per-node={nproc}", *torchrun_args, str(script), *script_args]
+    parts += [f"--nproc-per-node={nproc}", *torchrun_args, *_script_part(script, script_args)]
     return " ".join(p if "<" in p else shlex.quote(p) for p in parts)  # <...>: placeholders
 
 
@@ -257,7 +263,7 @@ def torchrun(
         commands = [base + [f"--nnodes={nnodes}", f"--node-rank={i}", "--rdzv-backend=c10d",
                             f"--rdzv-endpoint={endpoint}", "--local-addr=127.0.0.1",
                             f"--rdzv-id=nb{os.getpid()}"] for i in range(nnodes)]
-    commands = [c + list(torchrun_args) + [str(path), *script_args] for c in commands]
+    commands = [c + list(torchrun_args) + _script_part(path, script_args) for c in commands]
 
     write_live = _live_sink(live)
     q: queue.Queue = queue.Queue()

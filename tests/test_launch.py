@@ -190,3 +190,10 @@ def test_bad_arguments_get_clear_errors(tmp_path, kwargs, error, words):
 def test_missing_script_says_what_to_do(tmp_path):
     with pytest.raises(FileNotFoundError, match="Run the %%writefile cell"):
         torchrun(tmp_path / "nope.py", live="quiet")
+
+
+def test_worker_options_are_not_taken_by_torchrun(tmp_path):
+    script = write(tmp_path, "argv", "import sys\nprint(' '.join(sys.argv[1:]))\n")
+    result = torchrun(script, nproc=1, args=["--n", "3", "--max", "2"], live="quiet", summary=False)
+    assert result.stdout == {0: ["--n 3 --max 2"]}
+    assert " -- " in result.command

@@ -163,7 +163,12 @@ def pretend_saved_on(location: str):
 
 
 def rng_state() -> dict:
-    """This process's RNG states as tensors and plain values (weights_only-loadable)."""
+    """This process's RNG states as tensors and plain values (weights_only-loadable).
+
+    CUDA: the generator of the current device only (a DDP rank's own GPU), and only
+    when this process has initialised CUDA; asking for every GPU's state would
+    create a CUDA context on each of them in every rank.
+    """
     version, mt, gauss_next = random.getstate()
     name, keys, pos, has_gauss, cached = np.random.get_state()
     state = {
@@ -172,7 +177,7 @@ def rng_state() -> dict:
                    "gauss_next": gauss_next},
         "numpy": {"name": str(name), "keys": torch.from_numpy(keys.astype(np.int64)),
                   "pos": int(pos), "has_gauss": int(has_gauss), "cached_gaussian": float(cached)},
-        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() and torch.cuda.is_initialized() else None,
     }
     return state
 
@@ -185,10 +190,8 @@ def set_rng_state(state: Mapping) -> None:
     npy = state["numpy"]
     np.random.set_state((npy["name"], npy["keys"].cpu().numpy().astype(np.uint32), npy["pos"],
                          npy["has_gauss"], npy["cached_gaussian"]))
-    cuda = state.get("cuda") or []
-    if cuda and torch.cuda.is_available():
-        for index, s in enumerate(cuda[: torch.cuda.device_count()]):
-            torch.cuda.set_rng_state(s.cpu(), index)
+    if state.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"].cpu())  # the current device's generator
 
 
 # --------------------------------------------------------------------------- snapshots

@@ -13,8 +13,10 @@ and the CPU otherwise. ``DDP_BACKEND=gloo`` forces the CPU path on a GPU box.
 
 from __future__ import annotations
 
+import atexit
 import datetime
 import json
+import logging
 import os
 import sys
 import time
@@ -99,6 +101,32 @@ def _attempt_store(world_size: int, timeout: datetime.timedelta):
     return dist.PrefixStore(f"/worker/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", client)
 
 
+_uncaught_error = False
+
+
+def _exit_skipping_finalizers() -> None:
+    """At interpreter exit, end the process without Python's finalization.
+
+    A DDP model leaves gloo threads that may still be releasing the last
+    collective's tensors while Python tears down its modules; the process then
+    aborts ("terminate called without an active exception", exit code -6) after
+    all its work succeeded. Everything is flushed here, so skipping that
+    finalization loses nothing a worker script writes with ``with open(...)``.
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(1 if _uncaught_error else 0)
+
+
+def _note_uncaught(hook):
+    def wrapped(*args):
+        global _uncaught_error
+        _uncaught_error = True
+        hook(*args)
+    return wrapped
+
+
 def teardown() -> None:
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
@@ -135,6 +163,10 @@ def distributed(timeout_s: float | None = None):
     until torchrun kills it and reports a signal instead of the real error.
     """
     ctx = setup(timeout_s)
+    if not getattr(sys.excepthook, "_ddp_helpers", False):
+        sys.excepthook = _note_uncaught(sys.excepthook)
+        sys.excepthook._ddp_helpers = True
+        atexit.register(_exit_skipping_finalizers)  # registered last, so it runs first
     try:
         yield ctx
     except SystemExit as exc:

@@ -197,3 +197,18 @@ def test_worker_options_are_not_taken_by_torchrun(tmp_path):
     result = torchrun(script, nproc=1, args=["--n", "3", "--max", "2"], live="quiet", summary=False)
     assert result.stdout == {0: ["--n 3 --max 2"]}
     assert " -- " in result.command
+
+
+def test_error_after_the_group_is_closed_still_fails_the_rank(tmp_path):
+    script = write(tmp_path, "after", """
+        from ddp_helpers.runtime import distributed
+        with distributed() as ctx:
+            rank = ctx.rank
+        if rank == 0:
+            raise ValueError("after teardown")
+        print("rank 1 finished")
+    """)
+    with pytest.raises(WorkerFailed) as info:
+        torchrun(script, nproc=2, live="quiet")
+    assert info.value.rank == 0 and info.value.exitcode == 1
+    assert info.value.traceback_tail.splitlines()[-1] == "ValueError: after teardown"

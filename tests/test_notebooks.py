@@ -64,12 +64,14 @@ def test_template_sections(notebook):
     assert "exercise" in all_tags and "solution" in all_tags
 
 
-def test_solutions_are_code_and_exercises_are_markdown(notebook):
-    for cell in cells(notebook):
-        if "solution" in tags(cell):
-            assert cell["cell_type"] == "code"
-        if "exercise" in tags(cell):
-            assert cell["cell_type"] == "markdown"
+def test_every_exercise_is_followed_by_a_runnable_solution(notebook):
+    nb = cells(notebook)
+    starts = [i for i, c in enumerate(nb) if "exercise" in tags(c)]
+    for k, i in enumerate(starts):
+        assert nb[i]["cell_type"] == "markdown", f"exercise cell {i} should be markdown"
+        end = starts[k + 1] if k + 1 < len(starts) else len(nb)
+        solution = [c for c in nb[i + 1:end] if "solution" in tags(c)]
+        assert any(c["cell_type"] == "code" for c in solution), f"exercise cell {i} has no solution code"
 
 
 def test_ignored_outputs_still_assert(notebook):

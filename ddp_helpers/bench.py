@@ -20,6 +20,7 @@ Everything runs on the CPU with gloo (the command sets ``DDP_BACKEND=gloo`` even
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import json
 import os
@@ -370,8 +371,9 @@ def _launch(script: Path, out_dir: Path, task: str, nproc: int, timeout: float, 
     from ddp_helpers.launch import torchrun
 
     out = out_dir / f"{task}.json"
-    torchrun(script, nproc=nproc, args=[task, str(out), json.dumps(kwargs)], timeout=timeout,
-             env={"DDP_BACKEND": "gloo"}, live="quiet", summary=False)  # CPU tensors: gloo even on GPUs
+    with contextlib.redirect_stdout(sys.stderr):  # the launcher's "$ torchrun ..." lines; stdout = results
+        torchrun(script, nproc=nproc, args=[task, str(out), json.dumps(kwargs)], timeout=timeout,
+                 env={"DDP_BACKEND": "gloo"}, live="quiet", summary=False)  # CPU tensors: gloo even on GPUs
     return json.loads(out.read_text())
 
 

@@ -3,8 +3,9 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
-# Notebooks run without live widgets when executed headless (nbval, nbconvert).
-NB_ENV  := DDP_HELPERS_LIVE=quiet MPLBACKEND=agg PYTHONHASHSEED=0
+# Notebooks run without live widgets when executed headless (nbval, nbconvert);
+# matplotlib keeps the kernel's inline backend so figures are stored as PNGs.
+NB_ENV  := DDP_HELPERS_LIVE=quiet PYTHONHASHSEED=0
 NBVAL   := --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout=300
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 
@@ -44,6 +45,8 @@ test-browser: $(STAMP)
 
 nbval: $(STAMP)
 	$(NB_ENV) $(BIN)/python -m pytest -q $(NBVAL) $(NOTEBOOKS)
+	@# the worker scripts the notebooks just wrote (git-ignored, so named explicitly)
+	$(BIN)/ruff check --no-respect-gitignore --ignore I001 notebooks/scripts
 
 lint: $(STAMP)
 	$(BIN)/ruff check ddp_helpers tests tools notebooks
@@ -58,8 +61,9 @@ execute: $(STAMP)
 handouts: $(STAMP)
 	$(BIN)/python tools/handouts.py --slides
 
+# SUITE=1 also times strict nbval over every notebook (slow).
 bench: $(STAMP)
-	$(BIN)/python -m ddp_helpers.bench
+	$(BIN)/python -m ddp_helpers.bench --json build/bench.json $(if $(SUITE),--suite)
 
 nav: $(STAMP)
 	$(BIN)/python tools/nav.py

@@ -251,6 +251,8 @@ def torchrun(
     child_env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = _PREFIX_TEMPLATE
     child_env.setdefault("PYTHONUNBUFFERED", "1")
     child_env.pop("DDP_HELPERS_LIVE", None)
+    if nnodes > 1:  # simulated nodes share this machine's GPUs: NCCL would refuse them
+        child_env.setdefault("DDP_BACKEND", "gloo")
     if sys.platform.startswith("linux") and os.path.exists("/sys/class/net/lo"):
         child_env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # keep gloo on loopback
 
@@ -320,8 +322,9 @@ def torchrun(
     return result
 
 
-def _first_failed_rank(agent_log: str, failures_dir: str) -> int | None:
-    """The rank that failed first: by the runtime's ns failure records, else torchrun's report."""
+def _first_failure(agent_log: str, failures_dir: str) -> tuple[int | None, dict]:
+    """(rank, record) of the rank that failed first: by the runtime's ns failure records
+    (the record then has its traceback), else by torchrun's report (empty record)."""
     records = []
     for path in Path(failures_dir).glob("attempt*_rank*.json"):
         try:
@@ -329,19 +332,24 @@ def _first_failed_rank(agent_log: str, failures_dir: str) -> int | None:
         except (OSError, ValueError):
             continue
     if records:
-        return min(records, key=lambda r: (-r["attempt"], r["time_ns"]))["rank"]  # last attempt
+        first = min(records, key=lambda r: (-r["attempt"], r["time_ns"]))  # last attempt
+        return first["rank"], first
     m = _ROOT_CAUSE_RE.search(agent_log)
-    return int(m.group(1)) if m else None
+    return (int(m.group(1)) if m else None), {}
 
 
 def _failure(result, agent_log, shown, codes, failures_dir):
     exitcodes = {int(r): int(c) for r, c in _FAILURE_RE.findall(agent_log)}
-    rank = _first_failed_rank(agent_log, failures_dir)
+    rank, record = _first_failure(agent_log, failures_dir)
     if rank is None:  # no report (agent killed, bad flag): fall back to what we know
         lines = agent_log.strip().splitlines()
         return WorkerFailed(None, max(codes, key=abs),
                             "\n".join(lines[-_TRACEBACK_TAIL_LINES:]), shown)
-    err = [_relative_paths(_INNER_PREFIX_RE.sub("", s)) for s in result.stderr.get(rank, [])]
+    if record.get("traceback"):
+        err = record["traceback"].rstrip("\n").splitlines()
+    else:
+        err = [_INNER_PREFIX_RE.sub("", s) for s in result.stderr.get(rank, [])]
+    err = [_relative_paths(line) for line in err]
     tail = "\n".join(err[-_TRACEBACK_TAIL_LINES:]) or "(rank wrote nothing to stderr)"
     others = {r: c for r, c in exitcodes.items() if r != rank}
     return WorkerFailed(rank, exitcodes.get(rank), tail, shown, others)

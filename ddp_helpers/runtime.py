@@ -135,19 +135,22 @@ def teardown() -> None:
 FAILURES_ENV = "DDP_HELPERS_FAILURES"
 
 
-def record_failure(exc: BaseException) -> None:
-    """Note when this rank failed (ns clock) so the launcher can name the first failing rank.
+def record_failure(exc: BaseException, formatted: str) -> None:
+    """Note when this rank failed (ns clock) and its traceback, for the launcher.
 
     When one rank crashes, its peers fail a moment later inside a collective
     ("Connection closed by peer"); torchrun's own report only has one-second
-    timestamps and often blames a peer. The launcher reads these files instead.
+    timestamps and often blames a peer. The launcher reads these files instead,
+    and takes the traceback from here because torchrun's copy of a dying rank's
+    stderr can miss its last lines.
     """
     folder = os.environ.get(FAILURES_ENV)
-    if not folder or (isinstance(exc, SystemExit) and exc.code in (None, 0)):
+    if not folder:
         return
     record = {"rank": int(os.environ.get("RANK", -1)), "time_ns": time.time_ns(),
               "attempt": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)),
-              "error": "".join(traceback.format_exception_only(type(exc), exc)).strip()}
+              "error": "".join(traceback.format_exception_only(type(exc), exc)).strip(),
+              "traceback": formatted}
     name = f"attempt{record['attempt']}_rank{record['rank']}.json"
     with open(os.path.join(folder, name), "w") as f:
         json.dump(record, f)
@@ -181,11 +184,12 @@ def distributed(timeout_s: float | None = None):
 
 
 def _exit_now(exc: BaseException, code: int) -> None:
-    record_failure(exc)
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next  # start at the worker's own frame, as an uncaught error would
-    traceback.print_exception(type(exc), exc, tb)
+    formatted = "".join(traceback.format_exception(type(exc), exc, tb))
+    record_failure(exc, formatted)
+    sys.stderr.write(formatted)
     sys.stderr.flush()
     sys.stdout.flush()
     os._exit(code)

@@ -6,7 +6,6 @@ No assertion is about speed: the machine may be loaded; only what the measuremen
 import json
 
 import pytest
-import torch.distributed as dist
 
 from ddp_helpers import bench
 
@@ -50,14 +49,7 @@ def test_mlp_has_several_million_parameters():
     assert params == 4 * (1024 * 1024 + 1024) + 1024 * 10 + 10
 
 
-@pytest.fixture
-def group(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
-
-
-def test_time_collective_and_compare(group):
+def test_time_collective_and_compare(single_rank_group):
     calls = []
     times = bench.time_collective(lambda: calls.append(1), repeats=3, warmup=2)
     assert len(times) == 3 and all(t >= 0 for t in times) and len(calls) == 5
@@ -68,7 +60,7 @@ def test_time_collective_and_compare(group):
     assert sorted(both) == ["a", "b"] and all(len(v) == 2 for v in both.values())
 
 
-def test_sweep_and_ring_check_their_sums(group):
+def test_sweep_and_ring_check_their_sums(single_rank_group):
     sweep = bench.allreduce_sweep([4 * bench.KiB, 16 * bench.KiB], repeats=2)
     assert sweep["correct"] and sweep["bytes"] == [4096, 16384] and len(sweep["seconds"]) == 2
     ring = bench.ring_vs_gloo(64 * bench.KiB, repeats=2)
@@ -76,7 +68,7 @@ def test_sweep_and_ring_check_their_sums(group):
     json.dumps(ring)   # JSON-ready
 
 
-def test_ddp_vs_hand_agree_and_count_buckets(group):
+def test_ddp_vs_hand_agree_and_count_buckets(single_rank_group):
     result = bench.ddp_vs_hand(width=32, depth=2, batch=4, steps=2, warmup=1, bucket_caps=(None, 0.001))
     assert result["hand_allreduces"] == 6 and len(result["hand_s"]) == 2
     for key in ("default", "0.001"):
@@ -84,14 +76,14 @@ def test_ddp_vs_hand_agree_and_count_buckets(group):
     assert result["ddp"]["default"]["buckets"] == 1 and result["ddp"]["0.001"]["buckets"] == 3
 
 
-def test_overlap_timeline_interleaves_buckets_with_backward(group):
+def test_overlap_timeline_interleaves_buckets_with_backward(single_rank_group):
     timeline, buckets = bench.overlap_timeline(width=32, depth=2, batch=4, bucket_cap_mb=0.001)
     assert buckets == 3 and timeline.count("all-reduce bucket 0") == 1
     last_grad = max(i for i, e in enumerate(timeline) if e.startswith("grad "))
     assert timeline.index("all-reduce bucket 0") < last_grad   # launched during backward
 
 
-def test_scaling_run_counts_samples(group):
+def test_scaling_run_counts_samples(single_rank_group):
     result = bench.scaling_run(width=32, depth=1, batch=4, steps=2, warmup=1)
     assert result["samples_counted"] == 8 and result["replicas_equal"]
     assert result["samples_per_s"]["1"] > 0

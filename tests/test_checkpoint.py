@@ -211,14 +211,8 @@ def test_read_snapshot_rejects_other_files(tmp_path):
         read_snapshot(tmp_path / "x.pt")
 
 
-def test_unwrap_real_ddp_single_process(tmp_path):
-    import torch.distributed as dist
-
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
-        model = ToyModel()
-        ddp = nn.parallel.DistributedDataParallel(model)
-        assert unwrap(ddp) is model
-        assert list(strip_module_prefix(ddp.state_dict())) == list(model.state_dict())
-    finally:
-        dist.destroy_process_group()
+def test_unwrap_real_ddp_single_process(single_rank_group):
+    model = ToyModel()
+    ddp = nn.parallel.DistributedDataParallel(model)
+    assert unwrap(ddp) is model
+    assert list(strip_module_prefix(ddp.state_dict())) == list(model.state_dict())

@@ -2,7 +2,6 @@ import textwrap
 
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from ddp_helpers import torchrun
@@ -86,13 +85,6 @@ def test_shard_concatenates_back():
         shard(x, 0, 4)
     with pytest.raises(ValueError, match="rank"):
         shard(x, 2, 2)
-
-
-@pytest.fixture
-def single_rank_group(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_collectives_with_one_rank(single_rank_group):

@@ -1,8 +1,6 @@
 """Unit tests for ddp_helpers.samplers: the sampler arithmetic, exact evaluation, the explorer."""
 
 import itertools
-import os
-import tempfile
 
 import matplotlib
 
@@ -11,7 +9,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pytest
 import torch
-import torch.distributed as dist
 from torch.utils.data import DataLoader, DistributedSampler
 
 from ddp_helpers import samplers as S
@@ -94,16 +91,10 @@ def test_deduplicate_of_padded_sampler_equals_dataset():
     assert len(gathered) == 12 and u.tolist() == list(range(n)) and torch.equal(v, values)
 
 
-def test_all_gather_deduplicated_single_process_group():
-    with tempfile.TemporaryDirectory() as tmp:
-        dist.init_process_group("gloo", init_method=f"file://{os.path.join(tmp, 'store')}",
-                                rank=0, world_size=1)
-        try:
-            u, v = S.all_gather_deduplicated(torch.tensor([2, 0, 2]), torch.tensor([[2, 2], [0, 0], [2, 2]]))
-            assert u.tolist() == [0, 2] and v.tolist() == [[0, 0], [2, 2]]
-            assert len(S.UnpaddedDistributedSampler(5)) == 5  # world size and rank from the group
-        finally:
-            dist.destroy_process_group()
+def test_all_gather_deduplicated_single_process_group(single_rank_group):
+    u, v = S.all_gather_deduplicated(torch.tensor([2, 0, 2]), torch.tensor([[2, 2], [0, 0], [2, 2]]))
+    assert u.tolist() == [0, 2] and v.tolist() == [[0, 0], [2, 2]]
+    assert len(S.UnpaddedDistributedSampler(5)) == 5  # world size and rank from the group
 
 
 @pytest.mark.parametrize("n,r,drop_last,shuffle", GRID)

@@ -1,5 +1,7 @@
 """Fixtures shared by the unit tests."""
 
+import json
+
 import pytest
 import torch.distributed as dist
 
@@ -10,3 +12,17 @@ def single_rank_group(tmp_path):
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     yield
     dist.destroy_process_group()
+
+
+@pytest.fixture
+def ranks_json(tmp_path):
+    """Run a worker's source on N ranks; return each rank's last stdout line parsed as JSON."""
+    from ddp_helpers import torchrun
+
+    def run(source: str, nproc: int = 2) -> list:
+        script = tmp_path / "worker.py"
+        script.write_text(source)
+        result = torchrun(script, nproc=nproc, live="quiet", summary=False, timeout=120)
+        return [json.loads(result.stdout[rank][-1]) for rank in range(nproc)]
+
+    return run

@@ -1,4 +1,3 @@
-import json
 import math
 import textwrap
 
@@ -8,7 +7,6 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from ddp_helpers import torchrun
 from ddp_helpers.evaluation import EarlyStopping, EvalResult, any_rank, evaluate, reduce_sums
 
 
@@ -95,7 +93,7 @@ def test_weights_only_load_of_state(tmp_path):
 
 WORKER = textwrap.dedent('''
     """Uneven unpadded shards (19 and 18 samples of 37): totals equal one process."""
-    import json, sys
+    import json
     import torch
     from torch import nn
     from torch.utils.data import DataLoader, Subset, TensorDataset
@@ -112,18 +110,14 @@ WORKER = textwrap.dedent('''
         to_root = evaluate(model, DataLoader(shard, batch_size=4), ctx.device, dst=0)
         out = {"all": everyone.as_dict(), "root": to_root.as_dict() if to_root else None,
                "any": any_rank(ctx.rank == 1, ctx.device), "none": any_rank(False, ctx.device)}
-        with open(sys.argv[1] + f"/rank{ctx.rank}.json", "w") as f:
-            json.dump(out, f)
+        print(json.dumps(out))
 ''')
 
 
-def test_two_ranks_exact_evaluation(tmp_path):
-    script = tmp_path / "eval_worker.py"
-    script.write_text(WORKER)
-    torchrun(script, nproc=2, args=[str(tmp_path)], live="quiet", summary=False, timeout=120)
+def test_two_ranks_exact_evaluation(ranks_json):
+    outs = ranks_json(WORKER)
     torch.manual_seed(0)
     single = evaluate(nn.Linear(6, 3), DataLoader(_data(), batch_size=37), "cpu")
-    outs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for rank, out in enumerate(outs):
         got = EvalResult(**out["all"])
         assert got.count == 37 and got.correct == single.correct

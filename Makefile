@@ -56,6 +56,7 @@ execute: $(STAMP)
 	for nb in $(NB); do \
 	  $(NB_ENV) $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.timeout=600 "$$nb" || exit 1; \
+	  $(BIN)/python tools/scrub_tracebacks.py "$$nb" || exit 1; \
 	done
 
 handouts: $(STAMP)

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from ddp_helpers.launch import terminate
+
 playwright = pytest.importorskip("playwright.sync_api")
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,12 +62,7 @@ def lab(tmp_path_factory):
             assert time.monotonic() < deadline and server.poll() is None, "JupyterLab did not start"
             time.sleep(0.5)
     yield base, token, root
-    server.terminate()
-    try:
-        server.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait(timeout=30)
+    terminate([server], grace=15)  # the server and its kernels: SIGTERM, then SIGKILL
 
 
 @pytest.fixture(scope="module")

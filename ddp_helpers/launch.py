@@ -79,9 +79,6 @@ class LaunchResult:
     stderr: dict[int, list[str]] = field(default_factory=dict)
     seconds: float = 0.0
 
-    def lines(self, rank: int) -> list[str]:
-        return self.stdout.get(rank, [])
-
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that is free on ``host`` right now (the OS picks it)."""

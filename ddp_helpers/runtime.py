@@ -135,7 +135,7 @@ def teardown() -> None:
 FAILURES_ENV = "DDP_HELPERS_FAILURES"
 
 
-def record_failure(exc: BaseException, formatted: str) -> None:
+def record_failure(formatted: str) -> None:
     """Note when this rank failed (ns clock) and its traceback, for the launcher.
 
     When one rank crashes, its peers fail a moment later inside a collective
@@ -149,7 +149,6 @@ def record_failure(exc: BaseException, formatted: str) -> None:
         return
     record = {"rank": int(os.environ.get("RANK", -1)), "time_ns": time.time_ns(),
               "attempt": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)),
-              "error": "".join(traceback.format_exception_only(type(exc), exc)).strip(),
               "traceback": formatted}
     name = f"attempt{record['attempt']}_rank{record['rank']}.json"
     with open(os.path.join(folder, name), "w") as f:
@@ -188,7 +187,7 @@ def _exit_now(exc: BaseException, code: int) -> None:
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next  # start at the worker's own frame, as an uncaught error would
     formatted = "".join(traceback.format_exception(type(exc), exc, tb))
-    record_failure(exc, formatted)
+    record_failure(formatted)
     sys.stderr.write(formatted)
     sys.stderr.flush()
     sys.stdout.flush()

@@ -8,12 +8,17 @@ STAMP   := $(VENV)/.installed
 NB_ENV  := DDP_HELPERS_LIVE=quiet PYTHONHASHSEED=0
 NBVAL   := --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout=300
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
+# Another machine's kernels: ATen without vector code, MKL and oneDNN at SSE4 level, random
+# string hashing. The stored outputs must still match (notebooks/README.md, "Every machine").
+PORTABLE_ENV := ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 PYTHONHASHSEED=random
 
-.PHONY: help venv lab test test-browser unit nbval lint execute nav bench handouts clean
+.PHONY: help venv lab test test-portable test-browser gpu-check unit nbval lint execute nav bench handouts clean
 
 help:
 	@echo "make lab      - set up .venv if needed and open JupyterLab on notebooks/ (127.0.0.1, token on)"
 	@echo "make test     - unit tests, lint and strict nbval over every notebook"
+	@echo "make test-portable - strict nbval again under another CPU kernel choice (see PORTABLE_ENV)"
+	@echo "make gpu-check - every worker script on GPUs (nccl) vs the CPU (gloo); exits 0 without GPUs"
 	@echo "make test-browser - run notebooks 00 and 02 in JupyterLab in headless Chromium (needs chromium)"
 	@echo "make execute  - re-execute every notebook in place (refresh stored outputs); NB=notebooks/03_x.ipynb for one"
 	@echo "make nav      - regenerate the previous/next navigation cells"
@@ -48,16 +53,26 @@ nbval: $(STAMP)
 	@# the worker scripts the notebooks just wrote (git-ignored, so named explicitly)
 	$(BIN)/ruff check --no-respect-gitignore --ignore I001 notebooks/scripts
 
+test-portable: $(STAMP)
+	$(PORTABLE_ENV) DDP_HELPERS_LIVE=quiet $(BIN)/python -m pytest -q $(NBVAL) $(NOTEBOOKS)
+
+# ONLY=regex limits it to some scripts, e.g. make gpu-check ONLY=04_
+gpu-check: $(STAMP)
+	$(BIN)/python tools/gpu_check.py $(if $(ONLY),--only '$(ONLY)')
+
 lint: $(STAMP)
 	$(BIN)/ruff check ddp_helpers tests tools notebooks
 
 NB ?= $(NOTEBOOKS)
 execute: $(STAMP)
+	@mkdir -p build
+	record=$$(mktemp -p $(CURDIR)/build launches.XXXXXX.jsonl); \
 	for nb in $(NB); do \
-	  $(NB_ENV) $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	  $(NB_ENV) DDP_HELPERS_RECORD=$$record $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.timeout=600 "$$nb" || exit 1; \
 	  $(BIN)/python tools/scrub_tracebacks.py "$$nb" || exit 1; \
-	done
+	done; \
+	$(BIN)/python tools/gpu_check.py --collect $$record
 
 handouts: $(STAMP)
 	$(BIN)/python tools/handouts.py --slides

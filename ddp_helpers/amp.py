@@ -27,6 +27,7 @@ so a learner can try another recipe without editing a script. Only the non-depre
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -117,5 +118,52 @@ def make_grad_scaler(recipe: AmpRecipe, **kwargs) -> torch.amp.GradScaler:
     return torch.amp.GradScaler(recipe.device_type, enabled=recipe.use_grad_scaler, **kwargs)
 
 
-__all__ = ["AMP_DTYPE_ENV", "DTYPES", "AmpRecipe", "amp_recipe", "autocast", "default_dtype",
-           "make_grad_scaler", "parse_dtype"]
+@dataclass(frozen=True)
+class StepResult:
+    """What one :func:`train_step` did: the loss, the scale it was multiplied by, a skip."""
+
+    loss: float
+    scale: float  # the scale this step's loss was multiplied by (1.0 when disabled)
+    skipped: bool  # the scaler found inf/NaN and did not call optimizer.step()
+
+
+def train_step(model, optimizer, scaler: torch.amp.GradScaler, recipe: AmpRecipe, inputs, targets,
+               loss_fn, max_norm: float | None = None) -> StepResult:
+    """One mixed-precision step in the order that is right with or without DDP.
+
+    forward and loss under autocast -> ``scale(loss).backward()`` (DDP all-reduces the
+    float32 gradients here) -> ``unscale_`` and ``clip_grad_norm_`` when ``max_norm`` is
+    given -> ``step`` (skipped on inf/NaN) -> ``update``. A step counts as skipped when
+    ``update()`` lowered the scale, which an enabled scaler does exactly when it skipped.
+    ``get_scale()`` and ``loss.item()`` copy to the host: on a GPU each is a sync, which
+    is fine for a demo and worth avoiding on every step of a real run.
+    """
+    optimizer.zero_grad(set_to_none=True)
+    with autocast(recipe):
+        loss = loss_fn(model(inputs), targets)
+    scale = scaler.get_scale()
+    scaler.scale(loss).backward()
+    if max_norm is not None:
+        scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+    scaler.step(optimizer)
+    scaler.update()
+    return StepResult(loss.item(), scale, scaler.get_scale() < scale)
+
+
+@contextmanager
+def overflow_in_backward(param: torch.Tensor):
+    """Inside the block, every backward pass writes ``inf`` into ``param``'s gradient.
+
+    It simulates a float16 overflow on one rank. The hook runs when ``param``'s gradient
+    is computed, before DDP's all-reduce, so under DDP every rank receives the ``inf``.
+    """
+    handle = param.register_hook(lambda grad: torch.full_like(grad, float("inf")))
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+__all__ = ["AMP_DTYPE_ENV", "DTYPES", "AmpRecipe", "StepResult", "amp_recipe", "autocast", "default_dtype",
+           "make_grad_scaler", "overflow_in_backward", "parse_dtype", "train_step"]

@@ -1,8 +1,18 @@
 import pytest
 import torch
 from torch import nn
+from torch.nn import functional as F
 
-from ddp_helpers.amp import AMP_DTYPE_ENV, AmpRecipe, amp_recipe, autocast, make_grad_scaler, parse_dtype
+from ddp_helpers.amp import (
+    AMP_DTYPE_ENV,
+    AmpRecipe,
+    amp_recipe,
+    autocast,
+    make_grad_scaler,
+    overflow_in_backward,
+    parse_dtype,
+    train_step,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -121,3 +131,52 @@ def test_scaler_state_round_trip(tmp_path):
     restored.load_state_dict(torch.load(path, weights_only=True))
     assert restored.state_dict() == scaler.state_dict()
     assert restored.get_scale() == 256.0
+
+
+def _tiny_problem():
+    torch.manual_seed(0)
+    model = nn.Linear(4, 1)
+    x, y = torch.randn(8, 4), torch.randn(8, 1)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1), x, y
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
+def test_train_step_equals_the_hand_written_recipe(dtype):
+    recipe = amp_recipe("cpu", dtype)
+    model, opt, x, y = _tiny_problem()
+    result = train_step(model, opt, make_grad_scaler(recipe, init_scale=2.0**10), recipe, x, y,
+                        F.mse_loss, max_norm=0.1)
+    ref, ref_opt, _, _ = _tiny_problem()
+    with autocast(recipe):
+        loss = F.mse_loss(ref(x), y)
+    loss.backward()  # a power-of-two scale and its exact inverse change no bit of the gradient
+    torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.1)
+    ref_opt.step()
+    assert not result.skipped and result.loss == loss.item()
+    assert result.scale == (2.0**10 if recipe.use_grad_scaler else 1.0)
+    for p, q in zip(model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=0, atol=1e-7)
+
+
+def test_overflow_in_backward_skips_one_step_and_removes_its_hook():
+    recipe = amp_recipe("cpu", "float16")
+    model, opt, x, y = _tiny_problem()
+    scaler = make_grad_scaler(recipe, init_scale=2.0**10)
+    before = [p.detach().clone() for p in model.parameters()]
+    with overflow_in_backward(model.bias):
+        poisoned = train_step(model, opt, scaler, recipe, x, y, F.mse_loss)
+    assert torch.isinf(model.bias.grad).all()
+    assert poisoned.skipped and scaler.get_scale() == 2.0**9
+    assert all(torch.equal(p, b) for p, b in zip(model.parameters(), before, strict=True))
+    clean = train_step(model, opt, scaler, recipe, x, y, F.mse_loss)  # the hook is gone
+    assert not clean.skipped and torch.isfinite(model.bias.grad).all()
+    assert not all(torch.equal(p, b) for p, b in zip(model.parameters(), before, strict=True))
+
+
+def test_disabled_scaler_never_reports_a_skip():
+    recipe = amp_recipe("cpu", "bfloat16")
+    model, opt, x, y = _tiny_problem()
+    with overflow_in_backward(model.bias):
+        result = train_step(model, opt, make_grad_scaler(recipe), recipe, x, y, F.mse_loss)
+    assert not result.skipped and result.scale == 1.0
+    assert torch.isinf(model.bias).all()  # nobody checked: the inf went into the weights

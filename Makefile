@@ -36,7 +36,13 @@ venv: $(STAMP)
 
 # Jupyter refuses to run as root unless told; containers often are root.
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
-lab: $(STAMP)
+# JupyterLab's settings overrides: no "get notified about Jupyter news" pop-up, no update check
+# (both would ask a website; workshops are often offline).
+LAB_SETTINGS := $(VENV)/share/jupyter/lab/settings/overrides.json
+$(LAB_SETTINGS): tools/jupyterlab-overrides.json $(STAMP)
+	mkdir -p $(dir $@) && cp $< $@
+
+lab: $(STAMP) $(LAB_SETTINGS)
 	cd notebooks && ../$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --no-browser $(ROOT_FLAG)
 
 test: $(STAMP) lint unit nbval
@@ -45,7 +51,7 @@ unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests --ignore=tests/browser
 
 # A learner's session in headless Chromium (Debian's chromium package; .ci/run installs it).
-test-browser: $(STAMP)
+test-browser: $(STAMP) $(LAB_SETTINGS)
 	$(BIN)/python -m pytest -q tests/browser
 
 nbval: $(STAMP)

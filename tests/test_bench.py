@@ -68,12 +68,25 @@ def test_sweep_and_ring_check_their_sums(single_rank_group):
     json.dumps(ring)   # JSON-ready
 
 
-def test_ddp_vs_hand_agree_and_count_buckets(single_rank_group):
-    result = bench.ddp_vs_hand(width=32, depth=2, batch=4, steps=2, warmup=1, bucket_caps=(None, 0.001))
-    assert result["hand_allreduces"] == 6 and len(result["hand_s"]) == 2
-    for key in ("default", "0.001"):
-        assert result["ddp"][key]["max_diff"] <= 1e-6
-    assert result["ddp"]["default"]["buckets"] == 1 and result["ddp"]["0.001"]["buckets"] == 3
+def test_step_controls_agree_and_count_calls(single_rank_group):
+    r = bench.step_controls(width=32, depth=2, batch=4, steps=3, warmup=1, bucket_caps=(None, 0.001))
+    v = r["variants"]
+    assert list(v) == [bench.ALONE, bench.NO_COMM, bench.PER_TENSOR, bench.FLAT, "DDP cap default", "DDP cap 0.001"]
+    assert [v[k]["allreduces"] for k in v] == [0, 0, 6, 1, 1, 3]
+    for key in (bench.FLAT, "DDP cap default", "DDP cap 0.001"):
+        assert v[key]["max_diff"] <= 1e-6          # the same average, however it is communicated
+    for x in v.values():
+        s = x["spread"]
+        assert len(x["seconds"]) == s["n"] == 3 and s["min"] <= s["q1"] <= s["median"] <= s["q3"] <= s["max"]
+    assert set(r["efficiency"]) == set(v) - {bench.ALONE} and len(r["load"]) == 2
+
+
+def test_flat_average_is_one_call_and_equals_per_tensor(single_rank_group):
+    a, b = bench.make_mlp(16, 2), bench.make_mlp(16, 2)
+    for m in (a, b):
+        bench.F.cross_entropy(m(bench.torch.ones(3, 16)), bench.torch.tensor([0, 1, 2])).backward()
+    assert bench.flat_average_gradients(a) == 1 and bench.average_gradients(b) == 6
+    assert all(bench.torch.equal(p.grad, q.grad) for p, q in zip(a.parameters(), b.parameters(), strict=True))
 
 
 def test_overlap_timeline_interleaves_buckets_with_backward(single_rank_group):
@@ -83,22 +96,50 @@ def test_overlap_timeline_interleaves_buckets_with_backward(single_rank_group):
     assert timeline.index("all-reduce bucket 0") < last_grad   # launched during backward
 
 
-def test_scaling_run_counts_samples(single_rank_group):
-    result = bench.scaling_run(width=32, depth=1, batch=4, steps=2, warmup=1)
-    assert result["samples_counted"] == 8 and result["replicas_equal"]
-    assert result["samples_per_s"]["1"] > 0
+def test_residuals_and_the_range_where_the_model_holds():
+    sizes = [1, 2, 4, 8, 16, 32]
+    seconds = [10 + n for n in sizes]
+    seconds[0] *= 2      # +100 %: off the model
+    seconds[3] *= 1.1    # +10 %: within 25 %
+    res = bench.fit_residuals(sizes, seconds, 10, 1)
+    assert res[0] == pytest.approx(1.0) and res[3] == pytest.approx(0.1) and res[5] == 0
+    assert bench.model_holds(sizes, res) == (2, 32)
+    assert bench.model_holds(sizes, res, tolerance=0.05) == (2, 4)   # ties: the first run
+    assert bench.model_holds(sizes, [1.0] * 6) is None
+    ab = bench.alpha_beta({"bytes": sizes, "seconds": [10 + n for n in sizes]})
+    assert ab["holds_bytes"] == [1, 32] and ab["alpha_s"] == pytest.approx(10)
+
+
+def test_compare_collectives_takes_one_setup_per_name(single_rank_group):
+    log = []
+    bench.compare_collectives({"a": lambda: log.append("a"), "b": lambda: log.append("b")}, repeats=1,
+                              warmup=0, setup={"a": lambda: log.append("set a"), "b": lambda: log.append("set b")})
+    assert log == ["set a", "a", "set b", "b"]
 
 
 def test_format_table_lists_every_measurement():
-    results = {"machine": bench.machine(),
-               "allreduce": {"alpha_s": 5e-5, "beta_s_per_byte": 5e-10},
+    spread = {"n": 3, "min": 0.01, "q1": 0.01, "median": 0.02, "q3": 0.03, "max": 0.04}
+    controls = {"parameters": 4.2e6, "batch": 32, "world_size": 2,
+                "variants": {name: {"seconds": [s, s, s], "spread": spread, "allreduces": calls}
+                             for name, s, calls in [(bench.ALONE, 0.01, 0), (bench.NO_COMM, 0.011, 0),
+                                                    (bench.PER_TENSOR, 0.03, 10), (bench.FLAT, 0.02, 1),
+                                                    ("DDP cap default", 0.02, 2)]},
+                "efficiency": {bench.NO_COMM: 0.9, "DDP cap default": 0.5}}
+    results = {"machine": {**bench.machine(), "load_average_1min_end": 0.5},
+               "allreduce": {"alpha_s": 5e-5, "beta_s_per_byte": 5e-10, "world_size": 2, "tolerance": 0.25,
+                             "holds_bytes": [bench.MiB, 64 * bench.MiB]},
                "ring_vs_gloo": [{"world_size": 2, "bytes": 64 * bench.MiB, "ratio": 0.9, "equal": True}],
-               "ddp_vs_hand": {"parameters": 4.2e6, "hand_allreduces": 10,
-                               "ddp": {"default": {"ratio": 0.8, "buckets": 2}}},
-               "scaling": {"samples_per_s": {"1": 100.0, "2": 180.0}, "efficiency": 0.9},
+               "controls": controls,
+               "hooks": {"variants": {"fp16": {"payload_bytes": 100, "allreduces": 1, "loss": 1.5,
+                                               "replicas_equal": True, "spread": spread}}},
+               "compile": {"variants": {"x": {"graphs": 1, "subgraphs": 4, "graph_breaks": 0, "equal": True}}},
                "launch": {"torchrun_hello_2proc_s": [3.0], "python_import_s": [1.0], "overhead_s": 2.0},
                "suite": {"notebooks": 11, "seconds": 500.0, "passed": True}}
     table = bench.format_table(results)
-    for needle in ("ring / gloo throughput, world 2, 64 MiB  ", "0.90x", "DDP / hand-average", "0.80x",
-                   "efficiency 0.90", "launch overhead", "2.00 s", "notebook suite", "passed", "2.00 GB/s"):
+    for needle in ("ring / gloo throughput, world 2, 64 MiB  ", "0.90x", "2.00 GB/s", "from 1024 KiB to 65536 KiB",
+                   "step, flat all-reduce", "20.0 ms [10.0-40.0], 1 all-reduces", "efficiency 1 -> 2 processes",
+                   "flat all-reduce is 1.50x faster than per-tensor all-reduce",
+                   "DDP cap default vs flat all-reduce: no measurable difference",
+                   "hook fp16", "100 B/step", "4 after bucket splits", "launch overhead", "2.00 s",
+                   "notebook suite", "passed", "-> 0.5"):
         assert needle in table, needle

@@ -126,7 +126,9 @@ class SyncBatchNorm(_BatchNorm):
     """Drop-in for BatchNorm1d/2d/3d whose training statistics span all ranks.
 
     Outside a process group (or with one rank) it computes ordinary BatchNorm.
-    In eval mode it uses the running statistics and communicates nothing.
+    In eval mode it communicates nothing, like ``nn.SyncBatchNorm``: it normalises with
+    the running statistics, or, with ``track_running_stats=False``, with this rank's
+    own batch statistics.
     """
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
@@ -145,11 +147,15 @@ class SyncBatchNorm(_BatchNorm):
             self.num_batches_tracked.add_(1)
             if self.momentum is None:  # cumulative moving average, as in PyTorch
                 factor = 1.0 / float(self.num_batches_tracked)
-        use_batch_stats = self.training or self.running_mean is None
-        if not use_batch_stats:
+        if not self.training:
+            # Eval mode never communicates, as in torch/nn/modules/batchnorm.py,
+            # SyncBatchNorm.forward: need_sync requires self.training, so eval falls back to
+            # F.batch_norm, with the running statistics when the layer has them and with this
+            # rank's own batch statistics when it has none (track_running_stats=False).
+            batch_only = self.running_mean is None and self.running_var is None
             return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
-                                False, 0.0, self.eps)
-        track = self.training and self.track_running_stats
+                                batch_only, factor, self.eps)
+        track = self.track_running_stats  # training mode from here on
         return SyncBatchNormFunction.apply(
             x, self.weight, self.bias,
             self.running_mean if track else None, self.running_var if track else None,

@@ -150,3 +150,31 @@ def test_two_ranks_uneven_batches_equal_full_batch(ranks_json):
     for rank, diffs in enumerate(ranks_json(WORKER)):
         assert set(diffs) == {"y", "x_grad", "wb_grad", "running_mean", "running_var"}
         assert max(diffs.values()) < 1e-5, (rank, diffs)
+
+
+@pytest.mark.parametrize("track", [True, False])
+def test_eval_mode_never_communicates(monkeypatch, track):
+    """As torch's nn.SyncBatchNorm: eval mode is local, with or without running statistics.
+
+    A rank of a 2-rank group would hang here if it all-reduced (evaluate() on uneven shards)."""
+    from ddp_helpers import syncbn
+
+    def no_collectives(*args, **kwargs):
+        raise AssertionError("SyncBatchNorm communicated in eval mode")
+
+    monkeypatch.setattr(syncbn, "_world", lambda group: 2)  # as if in a 2-rank group
+    monkeypatch.setattr(syncbn.dist, "all_reduce", no_collectives)
+    torch.manual_seed(0)
+    ref = nn.BatchNorm2d(3, track_running_stats=track).eval()
+    ours = SyncBatchNorm(3, track_running_stats=track)
+    ours.load_state_dict(ref.state_dict())
+    ours.eval()
+    x = torch.randn(5, 3, 2, 2, requires_grad=True)
+    x2 = x.detach().clone().requires_grad_()
+    y_ref, y_ours = ref(x), ours(x2)
+    torch.testing.assert_close(y_ours, y_ref, atol=1e-6, rtol=1e-6)
+    y_ref.pow(2).sum().backward()
+    y_ours.pow(2).sum().backward()  # the backward of eval mode is local too
+    torch.testing.assert_close(x2.grad, x.grad, atol=1e-5, rtol=1e-5)
+    with pytest.raises(AssertionError, match="communicated"):
+        ours.train()(x2)  # training mode does synchronise: the patch is live

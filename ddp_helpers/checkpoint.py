@@ -53,11 +53,16 @@ def atomic_save(obj: Any, path: str | os.PathLike,
     before that, the temporary file is removed and the previous ``path`` is
     untouched. (A process killed by SIGKILL cannot clean up: its temporary file
     stays behind, see ``remove_stale_temp_files``; ``path`` is still intact.)
+    The file gets the permissions ``open(path, "wb")`` would give it: 0666 minus
+    the umask (mkstemp alone would leave 0600).
     """
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     fd, tmp = tempfile.mkstemp(prefix=_tmp_prefix(path), suffix=_TMP_SUFFIX, dir=directory)
     try:
+        # mkstemp creates the file 0600; give it what open() would (0666 minus the umask),
+        # so that the group can read checkpoints on a shared cluster when the umask allows.
+        os.fchmod(fd, 0o666 & ~_current_umask())
         with os.fdopen(fd, "wb") as f:
             save_fn(obj, f)
             f.flush()
@@ -69,6 +74,13 @@ def atomic_save(obj: Any, path: str | os.PathLike,
         raise
     _fsync_directory(directory)  # make the rename itself durable
     return path
+
+
+def _current_umask() -> int:
+    """The process umask (reading it means setting it: set it straight back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _fsync_directory(directory: Path) -> None:

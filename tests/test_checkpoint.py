@@ -216,3 +216,16 @@ def test_unwrap_real_ddp_single_process(single_rank_group):
     ddp = nn.parallel.DistributedDataParallel(model)
     assert unwrap(ddp) is model
     assert list(strip_module_prefix(ddp.state_dict())) == list(model.state_dict())
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002, 0o077])
+def test_atomic_save_gives_the_mode_open_would(tmp_path, umask):
+    old = os.umask(umask)
+    try:
+        atomic_save({"x": torch.zeros(1)}, tmp_path / "a.pt")
+        with open(tmp_path / "plain.pt", "wb"):
+            pass
+    finally:
+        os.umask(old)
+    mode = (tmp_path / "a.pt").stat().st_mode & 0o777
+    assert mode == 0o666 & ~umask == (tmp_path / "plain.pt").stat().st_mode & 0o777

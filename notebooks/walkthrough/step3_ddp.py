@@ -1,0 +1,49 @@
+"""Step 3: wrap the model in DistributedDataParallel: gradients are averaged across ranks."""
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+from ddp_helpers.data import toy_regression
+from ddp_helpers.models import ToyModel
+
+EPOCHS, GLOBAL_BATCH, SEED = 3, 32, 0
+out = Path(sys.argv[1])
+
+
+def main():
+    local_rank = int(os.environ["LOCAL_RANK"])  # set by torchrun, one per process on this machine
+    if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):  # a GPU for every local rank
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)           # before anything touches CUDA
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    torch.manual_seed(SEED)
+    data = toy_regression(n=256)
+    model = ToyModel().to(device)
+    model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    sampler = DistributedSampler(data, shuffle=True, seed=SEED)  # same seed on every rank
+    for epoch in range(EPOCHS):
+        sampler.set_epoch(epoch)  # a new shuffle every epoch, from SEED + epoch as before
+        loader = DataLoader(data, batch_size=GLOBAL_BATCH, sampler=sampler)
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            optimizer.zero_grad()
+            loss = F.mse_loss(model(x), y)
+            loss.backward()
+            optimizer.step()
+        print(f"epoch {epoch}: last batch loss {loss.item():.4f}")
+    out.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), out / "model.pt")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

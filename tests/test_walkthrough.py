@@ -12,7 +12,7 @@ STEPS = sorted(WALK.glob("step[0-9]_*.py"))
 
 def test_steps_are_a_chain_of_small_changes():
     assert [p.name[:5] for p in STEPS] == [f"step{k}" for k in range(6)]
-    for old, new in zip(STEPS, STEPS[1:]):
+    for old, new in zip(STEPS, STEPS[1:], strict=False):
         diff = script_diff(old, new)
         assert diff.added >= 1 and diff.added + diff.removed <= 20, (new.name, diff.added, diff.removed)
 

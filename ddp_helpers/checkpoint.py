@@ -8,12 +8,21 @@
 * ``map_location_for(device)``: what to pass to ``torch.load`` so every tensor lands
   on this rank's device instead of the device it was saved from.
 * ``save_snapshot`` / ``load_snapshot``: a full training snapshot (model, optimizer,
-  GradScaler, the NEXT epoch, RNG states) that ``torch.load(..., weights_only=True)``
-  accepts: everything is stored as tensors, numbers, strings and plain containers.
+  GradScaler, the NEXT epoch, every rank's RNG states) that
+  ``torch.load(..., weights_only=True)`` accepts: everything is stored as tensors,
+  numbers, strings and plain containers.
 
-RNG states are per process: a snapshot holds the states of the process that saved
-it (rank 0 in the usual pattern). Use ``rng_state()`` / ``set_rng_state()`` to save
-and restore other ranks' states when they differ.
+RNG states are per process, and ranks seeded differently (dropout, augmentation) have
+different ones. ``gather_rng_states()``, called on every rank, collects them all; rank 0
+passes the list to ``save_snapshot(..., rng_states=...)`` and on resume each rank's
+``load_snapshot`` restores its own entry:
+
+    rngs = gather_rng_states()                     # a collective: every rank calls it
+    if ctx.is_main:
+        save_snapshot(path, model=ddp, optimizer=opt, epoch_next=epoch + 1, rng_states=rngs)
+    dist.barrier()
+    ...
+    start = load_snapshot(path, model=ddp, optimizer=opt)   # this rank's own RNG state
 """
 
 from __future__ import annotations
@@ -29,9 +38,10 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import nn
 
-SNAPSHOT_FORMAT = 1
+SNAPSHOT_FORMAT = 2  # 2: "rng" holds one state per rank
 _TMP_SUFFIX = ".tmp"
 
 
@@ -206,26 +216,56 @@ def set_rng_state(state: Mapping) -> None:
         torch.cuda.set_rng_state(state["cuda"].cpu())  # the current device's generator
 
 
+def _rank_and_world(group=None) -> tuple[int, int]:
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(group), dist.get_world_size(group)
+    return 0, 1
+
+
+def gather_rng_states(group=None) -> list[dict]:
+    """Every rank's ``rng_state()``, indexed by rank (a collective: call it on every rank).
+
+    Outside a process group it is ``[rng_state()]``.
+    """
+    _, world = _rank_and_world(group)
+    if world == 1:
+        return [rng_state()]
+    states: list = [None] * world
+    dist.all_gather_object(states, rng_state(), group=group)
+    return states
+
+
 # --------------------------------------------------------------------------- snapshots
 
 
 def save_snapshot(path: str | os.PathLike, *, model: nn.Module, optimizer: torch.optim.Optimizer | None,
-                  epoch_next: int, scaler=None, extra: Mapping | None = None) -> Path:
+                  epoch_next: int, scaler=None, extra: Mapping | None = None,
+                  rng_states: list[dict] | None = None) -> Path:
     """Atomically save everything a run needs to continue at epoch ``epoch_next``.
 
     ``epoch_next`` is the first epoch NOT yet done (finished epoch + 1): storing the
     finished one makes the resumed run train it twice. ``extra`` must itself be
     weights_only-loadable (tensors, numbers, strings, lists, dicts).
+
+    ``rng_states``: every rank's RNG states, from ``gather_rng_states()`` (which every
+    rank must call; the saving rank passes its result). Outside a process group (one
+    process) it defaults to this process's states; in a group of several ranks the
+    default stores none, and ``load_snapshot(restore_rng=True)`` then refuses the file.
     """
     if not isinstance(epoch_next, int) or isinstance(epoch_next, bool) or epoch_next < 0:
         raise ValueError(f"epoch_next must be an int >= 0 (the next epoch to run), got {epoch_next!r}")
+    if rng_states is None and _rank_and_world()[1] == 1:
+        rng_states = [rng_state()]
+    if rng_states is not None and not (isinstance(rng_states, (list, tuple))
+                                       and all(isinstance(r, Mapping) for r in rng_states)):
+        raise TypeError("rng_states must be the list gather_rng_states() returns (one dict per rank)")
     snapshot = {
         "format": SNAPSHOT_FORMAT,
         "model": unwrap(model).state_dict(),
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
         "scaler": scaler.state_dict() if scaler is not None else None,
         "epoch_next": epoch_next,
-        "rng": rng_state(),
+        "rng": list(rng_states) if rng_states is not None else None,
         "extra": dict(extra) if extra is not None else {},
     }
     return atomic_save(snapshot, path)
@@ -235,7 +275,8 @@ def read_snapshot(path: str | os.PathLike, map_location="cpu") -> dict:
     """The snapshot dict, loaded with ``weights_only=True`` (no code runs)."""
     snapshot = torch.load(path, map_location=map_location, weights_only=True)
     if not isinstance(snapshot, dict) or snapshot.get("format") != SNAPSHOT_FORMAT:
-        raise ValueError(f"{path} is not a snapshot written by save_snapshot")
+        raise ValueError(f"{path} is not a snapshot written by this version of save_snapshot "
+                         f"(format {SNAPSHOT_FORMAT})")
     return snapshot
 
 
@@ -245,12 +286,27 @@ def load_snapshot(path: str | os.PathLike, *, model: nn.Module, optimizer: torch
 
     ``map_location=None`` maps every tensor to the device of the model's first
     parameter. Returns the epoch to run next.
+
+    ``restore_rng=True`` gives this rank the RNG states it had when the snapshot was
+    taken (its own entry of ``rng_states``). It raises ValueError when the file holds no
+    RNG states or states of a different number of ranks: the random streams of another
+    world size cannot be continued, so load with ``restore_rng=False`` and seed afresh.
     """
     plain = unwrap(model)
     if map_location is None:
         first = next(plain.parameters(), None)
         map_location = map_location_for(first.device if first is not None else "cpu")
     snapshot = read_snapshot(path, map_location)
+    if restore_rng:  # checked before anything is modified
+        rank, world = _rank_and_world()
+        states = snapshot["rng"]
+        if states is None:
+            raise ValueError(f"{path} holds no RNG states: save it with "
+                             "rng_states=gather_rng_states() (called on every rank), "
+                             "or load it with restore_rng=False")
+        if len(states) != world:
+            raise ValueError(f"{path} holds the RNG states of {len(states)} rank(s) and this run "
+                             f"has {world}: load it with restore_rng=False and seed every rank afresh")
     plain.load_state_dict(snapshot["model"])
     if optimizer is not None:
         if snapshot["optimizer"] is None:
@@ -259,5 +315,5 @@ def load_snapshot(path: str | os.PathLike, *, model: nn.Module, optimizer: torch
     if scaler is not None and snapshot["scaler"] is not None:
         scaler.load_state_dict(snapshot["scaler"])
     if restore_rng:
-        set_rng_state(snapshot["rng"])
+        set_rng_state(snapshot["rng"][rank])
     return int(snapshot["epoch_next"])

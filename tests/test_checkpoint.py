@@ -1,6 +1,8 @@
+import json
 import os
 import pickle
 import random
+import textwrap
 
 import numpy as np
 import pytest
@@ -9,6 +11,7 @@ from torch import nn
 
 from ddp_helpers.checkpoint import (
     atomic_save,
+    gather_rng_states,
     load_snapshot,
     map_location_for,
     pretend_saved_on,
@@ -229,3 +232,71 @@ def test_atomic_save_gives_the_mode_open_would(tmp_path, umask):
         os.umask(old)
     mode = (tmp_path / "a.pt").stat().st_mode & 0o777
     assert mode == 0o666 & ~umask == (tmp_path / "plain.pt").stat().st_mode & 0o777
+
+
+def test_snapshot_rng_errors_are_clear(tmp_path, monkeypatch):
+    from ddp_helpers import checkpoint
+
+    path = tmp_path / "s.pt"
+    save_snapshot(path, model=ToyModel(), optimizer=None, epoch_next=1)  # one process: its own RNG
+    assert len(read_snapshot(path)["rng"]) == 1 and len(gather_rng_states()) == 1
+    monkeypatch.setattr(checkpoint, "_rank_and_world", lambda group=None: (1, 2))  # as rank 1 of 2
+    with pytest.raises(ValueError, match="RNG states of 1 rank.*this run has 2.*restore_rng=False"):
+        load_snapshot(path, model=ToyModel())
+    save_snapshot(path, model=ToyModel(), optimizer=None, epoch_next=1)  # 2 ranks, none gathered
+    with pytest.raises(ValueError, match="holds no RNG states.*gather_rng_states"):
+        load_snapshot(path, model=ToyModel())
+    assert load_snapshot(path, model=ToyModel(), restore_rng=False) == 1
+    with pytest.raises(TypeError, match="rng_states must be"):
+        save_snapshot(path, model=ToyModel(), optimizer=None, epoch_next=1, rng_states=rng_state())
+
+
+DROPOUT_RESUME = """
+    import json, sys
+    import torch
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from ddp_helpers.checkpoint import gather_rng_states, load_snapshot, save_snapshot
+    from ddp_helpers.runtime import distributed
+
+    def build(ctx):
+        torch.manual_seed(0)
+        model = DDP(nn.Sequential(nn.Linear(8, 32), nn.Dropout(0.5), nn.Linear(32, 1)).to(ctx.device))
+        return model, torch.optim.SGD(model.parameters(), lr=0.1)
+
+    def steps(model, opt, ctx, first, last):
+        for step in range(first, last):
+            x = torch.full((4, 8), float(step), device=ctx.device)
+            opt.zero_grad()
+            model(x).sum().backward()   # the dropout mask comes from this rank's RNG
+            opt.step()
+
+    with distributed() as ctx:
+        path = sys.argv[1]
+        model, opt = build(ctx)
+        torch.manual_seed(100 + ctx.rank)  # per-rank seeds: different dropout masks
+        steps(model, opt, ctx, 0, 2)
+        rngs = gather_rng_states()
+        if ctx.is_main:
+            save_snapshot(path, model=model, optimizer=opt, epoch_next=2, rng_states=rngs)
+        torch.distributed.barrier()
+        steps(model, opt, ctx, 2, 5)
+        straight = torch.cat([p.detach().flatten() for p in model.parameters()])
+        model, opt = build(ctx)  # "restart": fresh model, a different RNG stream
+        torch.manual_seed(999)
+        start = load_snapshot(path, model=model, optimizer=opt)
+        steps(model, opt, ctx, start, 5)
+        resumed = torch.cat([p.detach().flatten() for p in model.parameters()])
+        print(json.dumps({"start": start, "equal": torch.equal(straight, resumed)}))
+"""
+
+
+def test_resume_with_per_rank_dropout_equals_the_uninterrupted_run(tmp_path):
+    from ddp_helpers import torchrun
+
+    script = tmp_path / "dropout_resume.py"
+    script.write_text(textwrap.dedent(DROPOUT_RESUME))
+    result = torchrun(script, nproc=2, args=[tmp_path / "snap.pt"], live="quiet", summary=False)
+    for rank in (0, 1):
+        assert json.loads(result.stdout[rank][-1]) == {"start": 2, "equal": True}
+    assert len(read_snapshot(tmp_path / "snap.pt")["rng"]) == 2

@@ -71,6 +71,12 @@ def evaluate(model: nn.Module, loader, device, dst: int | None = None, autocast=
     module keeps the forward free of collectives even when ranks have different numbers
     of batches. ``autocast`` is an optional context manager factory (mixed precision).
     Restores the model's train/eval mode afterwards.
+
+    The result is one process's number only if every rank holds the same model. With
+    plain BatchNorm it does not: each rank updated its running statistics from its own
+    batches, and since no DDP forward runs here, no buffer broadcast evens them out, so
+    each shard is normalised with its own rank's statistics. Use SyncBatchNorm, or
+    broadcast the buffers from rank 0 before evaluating.
     """
     module = getattr(model, "module", model)
     was_training = module.training

@@ -6,7 +6,7 @@ The data comes from :mod:`ddp_helpers.ring` (the same schedule that
 * :func:`step_view` - what every rank holds after ``k`` steps, and which transfers
   produced it (pure data, unit-tested).
 * :func:`draw_ring_step` / :func:`ring_step_figure` - that view as a ranks x chunks grid.
-* :func:`ring_stepper` - an ipywidgets slider over the steps, for a chosen N.
+* :func:`ring_stepper` - an ipywidgets stepper (◀ / ▶, Play, sliders) over the steps, for a chosen N.
 * :func:`draw_holdings` - before/after values of each collective, one row per rank.
 """
 
@@ -70,11 +70,16 @@ def short_label(label: str) -> str:
     return label if len(parts) <= 4 else f"{parts[0]}+…+{parts[-1]} ({len(parts)})"
 
 
+LABEL_FONTSIZE = 10  # points; at 100 dpi about 14 px, for every N (the figure grows instead)
+
+
 def draw_ring_step(ax, view: RingView) -> None:
     """Draw ``view`` on ``ax``: rows = ranks, columns = chunks, shade = contributions.
 
     Cells written at this step get a thick border (red: reduce-scatter, added in;
-    green: all-gather, copied in) and an arrow from the sender's cell.
+    green: all-gather, copied in) and an arrow from the sender's cell. The wrap-around
+    link (rank N-1 to rank 0) is drawn as an arrow leaving the bottom row and one entering
+    the top row, inside the axes at every N.
     """
     from matplotlib import colormaps
     from matplotlib.patches import FancyArrowPatch, Rectangle
@@ -87,58 +92,110 @@ def draw_ring_step(ax, view: RingView) -> None:
             full = view.counts[r][c] == n
             ax.add_patch(Rectangle((c, r), 1, 1, facecolor=cmap(shade), edgecolor="white"))
             ax.text(c + 0.5, r + 0.5, short_label(view.labels[r][c]), ha="center", va="center",
-                    fontsize=max(6, 13 - n), color="white" if shade > 0.5 else "black",
-                    fontweight="bold" if full else "normal")
+                    fontsize=LABEL_FONTSIZE - (1 if n > 6 else 0),
+                    color="white" if shade > 0.5 else "black", fontweight="bold" if full else "normal")
+
+    def arrow(x, y0, y1, color):
+        ax.add_patch(FancyArrowPatch((x, y0), (x, y1), arrowstyle="-|>", mutation_scale=12,
+                                     color=color, linewidth=1.4))
+
     for t in view.transfers:
-        color = PHASE_COLORS[t.phase]
+        color, x = PHASE_COLORS[t.phase], t.chunk + 0.88
         ax.add_patch(Rectangle((t.chunk + 0.04, t.dst + 0.04), 0.92, 0.92, fill=False,
                                edgecolor=color, linewidth=2.5))
-        bend = 0.6 if t.dst < t.src else 0.0  # the wrap-around link n-1 -> 0
-        ax.add_patch(FancyArrowPatch((t.chunk + 0.85, t.src + 0.75), (t.chunk + 0.85, t.dst + 0.25),
-                                     connectionstyle=f"arc3,rad={bend}", arrowstyle="-|>",
-                                     mutation_scale=10, color=color, linewidth=1.2))
+        if t.dst == t.src + 1:
+            arrow(x, t.src + 0.7, t.dst + 0.3, color)
+        else:  # the wrap-around link n-1 -> 0: out at the bottom, in at the top
+            arrow(x, t.src + 0.7, n + 0.4, color)
+            arrow(x, -0.4, t.dst + 0.3, color)
     ax.set_xlim(0, n)
-    ax.set_ylim(n, 0)  # rank 0 on top
+    ax.set_ylim(n + 0.45, -0.45)  # rank 0 on top; room for the wrap-around arrows
     ax.set_xticks([c + 0.5 for c in range(n)], [f"chunk {c}" for c in range(n)])
     ax.set_yticks([r + 0.5 for r in range(n)], [f"rank {r}" for r in range(n)])
-    ax.tick_params(length=0)
+    ax.tick_params(length=0, labelsize=LABEL_FONTSIZE)
     for side in ax.spines.values():
         side.set_visible(False)
-    ax.set_title(view.title, fontsize=10)
+    ax.set_title(view.title, fontsize=LABEL_FONTSIZE + 1)
 
 
-def ring_step_figure(n: int, step: int, size: float = 1.3):
-    """A new figure with :func:`draw_ring_step` for ``step_view(n, step)``."""
+def ring_legend_handles(n: int):
+    """Legend entries: the two phases' borders and what the shading means."""
+    from matplotlib import colormaps
+    from matplotlib.patches import Patch
+
+    cmap = colormaps["Blues"]
+    return [
+        Patch(facecolor="white", edgecolor=PHASE_COLORS[REDUCE_SCATTER], linewidth=2.5,
+              label="reduce-scatter: received and added in"),
+        Patch(facecolor="white", edgecolor=PHASE_COLORS[ALL_GATHER], linewidth=2.5,
+              label="all-gather: received and copied in"),
+        Patch(facecolor=cmap(0.15), label="light: only this rank's own value"),
+        Patch(facecolor=cmap(0.75), label=f"dark, bold: the sum of all {n} ranks"),
+    ]
+
+
+def figure_size(n: int) -> tuple[float, float]:
+    """Inches: about 1 inch per chunk column (labels stay at 10 pt), at most 10.5 wide."""
+    return max(7.0, min(10.5, 2.2 + 1.05 * n)), 2.7 + 0.6 * n
+
+
+def ring_step_figure(n: int, step: int):
+    """A new figure with :func:`draw_ring_step` for ``step_view(n, step)`` and a legend."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(size * n + 1.5, size * n * 0.6 + 1))
+    fig, ax = plt.subplots(figsize=figure_size(n), layout="constrained")
     draw_ring_step(ax, step_view(n, step))
-    fig.tight_layout()
+    fig.legend(handles=ring_legend_handles(n), loc="outside lower center", ncol=2, frameon=False,
+               fontsize=LABEL_FONTSIZE - 1,
+               title="darker cell = more ranks' contributions\nan arrow leaving the bottom row "
+                     f"enters the top row (rank {n - 1} sends to rank 0)",
+               title_fontsize=LABEL_FONTSIZE - 1)
     return fig
 
 
-def ring_stepper(n: int = 4, max_n: int = 8):
-    """An ipywidgets slider over the steps of the ring for N ranks (N is a slider too)."""
-    import ipywidgets as widgets
-    import matplotlib.pyplot as plt
-    from IPython.display import display
+def ring_stepper(n: int = 4, max_n: int = 8, step: int = 0, interval_ms: int = 1200):
+    """A widget that steps through the ring for N ranks: ◀ / ▶ buttons, Play, sliders.
 
-    n_slider = widgets.IntSlider(value=n, min=2, max=max_n, description="N ranks")
-    step_slider = widgets.IntSlider(value=0, min=0, max=num_steps(n), description="step")
-    out = widgets.Output()
+    The picture is :func:`ring_step_figure`, the same drawing as a static figure cell;
+    the box's own output also holds a PNG of it (``box.png``), shown where no widget can be.
+    ``box.controls`` names the parts: ``n``, ``step``, ``prev``, ``next``, ``play``.
+    """
+    import ipywidgets as w
+
+    from ddp_helpers.figures import figure_box, png_bytes, show_png
+
+    n_slider = w.IntSlider(value=n, min=2, max=max_n, description="N ranks")
+    step_slider = w.IntSlider(value=step, min=0, max=num_steps(n), description="step")
+    prev = w.Button(description="◀", tooltip="previous step", layout=w.Layout(width="3em"))
+    nxt = w.Button(description="▶", tooltip="next step", layout=w.Layout(width="3em"))
+    play = w.Play(value=step, min=0, max=num_steps(n), interval=interval_ms, description="play",
+                  tooltip="play the steps")
+    w.link((play, "value"), (step_slider, "value"))  # kernel-side: works in tests too
+    w.link((play, "max"), (step_slider, "max"))
+    out = w.Output()
+    box = figure_box([w.HBox([n_slider, prev, nxt, play, step_slider]), out],
+                     fallback_text="Ring stepper (a widget): run the cell in JupyterLab to step through it.")
+    box.controls = {"n": n_slider, "step": step_slider, "prev": prev, "next": nxt, "play": play}
 
     def redraw(_=None):
         step_slider.max = num_steps(n_slider.value)
+        prev.disabled = step_slider.value == 0
+        nxt.disabled = step_slider.value == step_slider.max
+        box.png = png_bytes(ring_step_figure(n_slider.value, step_slider.value))
+        box.view = step_view(n_slider.value, step_slider.value)
         with out:
             out.clear_output(wait=True)
-            fig = ring_step_figure(n_slider.value, step_slider.value)
-            display(fig)
-            plt.close(fig)
+            show_png(box.png)
 
+    def move(by):
+        step_slider.value = min(step_slider.max, max(0, step_slider.value + by))
+
+    prev.on_click(lambda _: move(-1))
+    nxt.on_click(lambda _: move(+1))
     n_slider.observe(redraw, names="value")
     step_slider.observe(redraw, names="value")
     redraw()
-    return widgets.VBox([widgets.HBox([n_slider, step_slider]), out])
+    return box
 
 
 def holdings_text(value) -> str:

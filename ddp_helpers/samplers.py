@@ -33,7 +33,7 @@ from torch.utils.data import DistributedSampler, IterableDataset, Sampler, get_w
 __all__ = [
     "num_samples", "total_size", "padding_size", "global_order", "rank_indices",
     "UnpaddedDistributedSampler", "unpadded_counts", "deduplicate", "all_gather_deduplicated",
-    "SamplerGrid", "sampler_grid", "draw_sampler_grid", "show_figure", "sampler_explorer",
+    "SamplerGrid", "sampler_grid", "grid_summary", "draw_sampler_grid", "show_figure", "sampler_explorer",
     "RangeStream", "NoisyIndex",
 ]
 
@@ -246,6 +246,17 @@ def sampler_grid(n: int, num_replicas: int, *, drop_last: bool = False, shuffle:
 COLORS = {"sample": "#cfe2f3", "duplicate": "#f6b26b", "dropped": "#e06666", "empty": "#ffffff"}
 
 
+def grid_summary(data: SamplerGrid) -> str:
+    """One sentence on what the grid shows; for an empty grid, why it is empty."""
+    R, S = data.grid.shape
+    if S == 0:
+        return (f"Every rank gets 0 samples: with drop_last=True each rank gets floor(n / replicas) = "
+                f"floor({data.n} / {R}) = 0, because n = {data.n} < {R} replicas fills no complete round, "
+                f"so all {data.n} samples are dropped.")
+    return (f"Each of the {R} ranks gets {S} samples; {int(data.duplicate.sum())} padded repeats, "
+            f"{len(data.dropped)} dropped.")
+
+
 def draw_sampler_grid(data: SamplerGrid, ax=None):
     """Draw the grid: one row per rank, padded repeats in orange, dropped samples in a red strip below.
 
@@ -257,7 +268,7 @@ def draw_sampler_grid(data: SamplerGrid, ax=None):
     R, S = data.grid.shape
     width = max(S, len(data.dropped), 1)
     if ax is None:
-        fig_w = min(max(1.5 + 0.5 * width, 7.0), 14.0)
+        fig_w = min(max(1.6 + 0.5 * width, 5.0), 14.0)  # sized to the grid, not wider
         cell = min(0.5, (fig_w - 1.5) / width)  # inches per cell (cells are square)
         fig, ax = plt.subplots(figsize=(fig_w, 1.8 + cell * (R + 1.5)))
     else:
@@ -269,6 +280,12 @@ def draw_sampler_grid(data: SamplerGrid, ax=None):
             ax.add_patch(Rectangle((p, r), 1, 1, facecolor=color, edgecolor="grey", lw=0.6))
             if label_size:
                 ax.text(p + 0.5, r + 0.5, str(data.grid[r, p]), ha="center", va="center", fontsize=label_size)
+    if S == 0:  # an empty grid: outline each rank's (empty) row and say why
+        for r in range(R):
+            ax.add_patch(Rectangle((0, r + 0.1), width, 0.8, fill=False, edgecolor="grey", ls="--", lw=0.6))
+        ax.text(width / 2, R / 2, "0 samples per rank\n(drop_last, n < replicas)", ha="center",
+                va="center", fontsize=9, color="#990000",
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 2})
     drop_row = R + 0.5
     for k, idx in enumerate(data.dropped):
         ax.add_patch(Rectangle((k, drop_row), 1, 1, facecolor=COLORS["dropped"], edgecolor="grey", lw=0.6))
@@ -305,48 +322,53 @@ def show_figure(fig, dpi: int = 100) -> bytes:
     notebook under any matplotlib backend, including the ``agg`` backend that
     headless execution (nbconvert, nbval) uses.
     """
-    import io
+    from ddp_helpers.figures import png_bytes, show_png
 
-    import matplotlib.pyplot as plt
-    from IPython.display import Image, display
-
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi)
-    plt.close(fig)
-    png = buffer.getvalue()
-    display(Image(data=png, format="png"))
+    png = png_bytes(fig, dpi=dpi)
+    show_png(png)
     return png
 
 
 def sampler_explorer(n: int = 10, num_replicas: int = 3, drop_last: bool = False, shuffle: bool = True,
                      seed: int = 0, epoch: int = 0):
-    """An ipywidgets box: sliders for the sampler's arguments and the grid they produce.
+    """An ipywidgets box: the sampler's arguments, a sentence on the result, and the grid below.
 
-    The box keeps the latest SamplerGrid in ``box.data`` (handy for tests and asserts).
+    The box keeps the latest SamplerGrid in ``box.data`` and its PNG in ``box.png`` (the box's
+    own output carries that PNG too, shown where no widget can be rendered).
     """
     import ipywidgets as w
 
+    from ddp_helpers.figures import figure_box, png_bytes, show_png
+
+    narrow = {"description_width": "initial"}
     controls = {
         "n": w.IntSlider(value=n, min=1, max=40, description="dataset size"),
         "num_replicas": w.IntSlider(value=num_replicas, min=1, max=8, description="replicas"),
-        "drop_last": w.Checkbox(value=drop_last, description="drop_last"),
-        "shuffle": w.Checkbox(value=shuffle, description="shuffle"),
-        "seed": w.IntText(value=seed, description="seed"),
         "epoch": w.IntSlider(value=epoch, min=0, max=9, description="epoch"),
+        "drop_last": w.Checkbox(value=drop_last, description="drop_last", indent=False,
+                                layout=w.Layout(width="auto", margin="0 1.5em 0 0")),
+        "shuffle": w.Checkbox(value=shuffle, description="shuffle", indent=False,
+                              layout=w.Layout(width="auto", margin="0 1.5em 0 0")),
+        "seed": w.IntText(value=seed, description="seed", style=narrow, layout=w.Layout(width="9em")),
     }
-    out = w.Output()
-    box = w.VBox([w.HBox([controls["n"], controls["num_replicas"], controls["epoch"]]),
-                  w.HBox([controls["drop_last"], controls["shuffle"], controls["seed"]]), out])
+    summary, out = w.HTML(), w.Output()
+    box = figure_box([w.HBox([controls["n"], controls["num_replicas"], controls["epoch"]]),
+                      w.HBox([controls["drop_last"], controls["shuffle"], controls["seed"]]),
+                      summary, out],
+                     fallback_text="Sampler explorer (a widget): run the cell in JupyterLab to use it.")
 
     def redraw(_change=None):
         box.data = sampler_grid(**{k: c.value for k, c in controls.items()})
-        out.clear_output(wait=True)
+        text = grid_summary(box.data)
+        summary.value = f"<b>{text}</b>" if box.data.num_samples == 0 else text
+        box.png = png_bytes(draw_sampler_grid(box.data))
         with out:
-            show_figure(draw_sampler_grid(box.data))
+            out.clear_output(wait=True)
+            show_png(box.png)
 
     for control in controls.values():
         control.observe(redraw, names="value")
-    box.controls = controls
+    box.controls, box.summary = controls, summary
     redraw()
     return box
 

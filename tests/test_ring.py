@@ -178,6 +178,61 @@ def test_draw_ring_step(n, step):
     plt.close(fig)
 
 
+def arrows_of(ax):
+    from matplotlib.patches import FancyArrowPatch
+
+    return [p for p in ax.patches if isinstance(p, FancyArrowPatch)]
+
+
+@pytest.mark.parametrize("n", [2, 3, 8])
+def test_every_arrow_is_inside_the_axes(n):
+    """The wrap-around link (rank n-1 -> 0) included: nothing is clipped at any N."""
+    for step in sorted({1, n - 1, n, num_steps(n)}):  # both phases, the first and last steps
+        fig = ring_step_figure(n, step)
+        ax = fig.axes[0]
+        fig.canvas.draw()
+        box = ax.get_window_extent()
+        arrows = arrows_of(ax)
+        wraps = sum(t.dst < t.src for t in step_view(n, step).transfers)
+        assert wraps == 1 and len(arrows) == n + wraps  # one arrow per link, two for the wrap
+        for arrow in arrows:
+            extent = arrow.get_window_extent()
+            assert box.x0 - 1 <= extent.x0 and extent.x1 <= box.x1 + 1, (n, step)
+            assert box.y0 - 1 <= extent.y0 and extent.y1 <= box.y1 + 1, (n, step)
+        plt.close(fig)
+
+
+@pytest.mark.parametrize("n", range(2, 9))
+def test_labels_readable_and_inside_their_cells(n):
+    """At 100 dpi every label is >= 9 pt (12.5 px), fits its cell, and the figure fits a notebook."""
+    fig = ring_step_figure(n, n - 1)  # the end of reduce-scatter: the longest labels
+    width, _ = fig.get_size_inches()
+    assert width <= 10.5  # 1050 px at 100 dpi: JupyterLab does not shrink it
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    cell = ax.transData.transform((1, 0))[0] - ax.transData.transform((0, 0))[0]
+    for text in ax.texts:
+        assert text.get_fontsize() >= 9
+        assert text.get_window_extent().width < cell, (n, text.get_text())
+    tick_sizes = [t.get_fontsize() for t in ax.get_xticklabels() + ax.get_yticklabels()]
+    assert min(tick_sizes) >= 9
+    plt.close(fig)
+
+
+def test_figure_has_a_legend_for_both_phases_and_the_shading():
+    from ddp_helpers.ring_widget import PHASE_COLORS
+
+    fig = ring_step_figure(4, 1)
+    (legend,) = fig.legends
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert any(REDUCE_SCATTER in lbl for lbl in labels) and any(ALL_GATHER in lbl for lbl in labels)
+    assert any("own value" in lbl for lbl in labels) and any("all 4 ranks" in lbl for lbl in labels)
+    edges = [matplotlib.colors.to_hex(h.get_edgecolor()) for h in legend.legend_handles[:2]]
+    assert edges == [matplotlib.colors.to_hex(PHASE_COLORS[p]) for p in (REDUCE_SCATTER, ALL_GATHER)]
+    assert "rank 3 sends to rank 0" in legend.get_title().get_text()
+    plt.close(fig)
+
+
 def test_draw_holdings():
     holdings = {"broadcast": {"before": [1.0, 2.0], "after": [1.0, 1.0]},
                 "reduce": {"before": [[1.0, 2.0], [3.0, 4.0]], "after": [[4.0, 6.0], None]}}
@@ -192,15 +247,43 @@ def test_draw_holdings():
     assert holdings_text(2.5) == "2.5" and holdings_text(None) == "-"
 
 
-def test_ring_stepper_builds():
+def test_ring_stepper_buttons_play_and_n():
     ipywidgets = pytest.importorskip("ipywidgets")
     from ddp_helpers.ring_widget import ring_stepper
 
     box = ring_stepper(n=3)
-    (n_slider, step_slider), _ = box.children[0].children, box.children[1]
-    assert isinstance(box, ipywidgets.VBox) and step_slider.max == 4
-    n_slider.value = 5
-    assert step_slider.max == 8
+    c = box.controls
+    assert isinstance(box, ipywidgets.VBox) and c["step"].max == c["play"].max == 4
+    assert isinstance(c["play"], ipywidgets.Play) and c["prev"].disabled and not c["next"].disabled
+    first = box.png
+    c["next"].click()
+    assert c["step"].value == 1 and box.view == step_view(3, 1) and box.png != first
+    c["prev"].click()
+    c["prev"].click()  # clamped at 0
+    assert c["step"].value == 0 and c["prev"].disabled
+    c["play"].value = 4  # what Play's timer does in the browser: the step follows it
+    assert c["step"].value == 4 and c["next"].disabled and box.view.counts == step_view(3, 4).counts
+    c["next"].click()
+    assert c["step"].value == 4
+    c["n"].value = 5
+    assert c["step"].max == c["play"].max == 8 and box.view.n == 5
+    c["step"].value = 2
+    assert c["play"].value == 2
+    plt.close("all")
+
+
+def test_ring_stepper_output_carries_a_png_fallback():
+    """A stored notebook shows a picture where no widget renders (untrusted, or a handout)."""
+    import base64
+
+    pytest.importorskip("ipywidgets")
+    from ddp_helpers.ring_widget import ring_stepper
+
+    box = ring_stepper(n=2)
+    bundle = box._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert base64.b64decode(bundle["image/png"]) == box.png and box.png.startswith(b"\x89PNG")
+    assert "run the cell" in bundle["text/plain"] and "VBox(" not in bundle["text/plain"]
     plt.close("all")
 
 

@@ -156,6 +156,32 @@ def test_explorer_recomputes_on_change():
     plt.close("all")
 
 
+def test_grid_summary_explains_an_empty_grid():
+    empty = S.sampler_grid(3, 4, drop_last=True)
+    assert empty.num_samples == 0 and empty.dropped == (0, 1, 2)
+    text = S.grid_summary(empty)
+    assert "0 samples" in text and "floor(3 / 4) = 0" in text and "all 3 samples are dropped" in text
+    assert S.grid_summary(S.sampler_grid(10, 4)) == "Each of the 4 ranks gets 3 samples; 2 padded repeats, 0 dropped."
+    fig = S.draw_sampler_grid(empty)
+    assert any("0 samples per rank" in t.get_text() for t in fig.axes[0].texts)
+    plt.close(fig)
+
+
+def test_explorer_sentence_narrow_seed_and_png_fallback():
+    import base64
+
+    box = S.sampler_explorer(n=10, num_replicas=4)
+    assert box.summary.value == S.grid_summary(box.data) and "<b>" not in box.summary.value
+    box.controls["n"].value = 3
+    box.controls["drop_last"].value = True  # n < replicas with drop_last: nothing to show
+    assert box.data.num_samples == 0 and box.summary.value == f"<b>{S.grid_summary(box.data)}</b>"
+    assert box.controls["seed"].layout.width == "9em"
+    bundle = box._repr_mimebundle_()
+    assert base64.b64decode(bundle["image/png"]) == box.png and box.png.startswith(b"\x89PNG")
+    assert "application/vnd.jupyter.widget-view+json" in bundle and "run the cell" in bundle["text/plain"]
+    plt.close("all")
+
+
 @pytest.mark.parametrize("world", [1, 2, 3])
 @pytest.mark.parametrize("workers", [0, 2])
 def test_range_stream_every_item_once(world, workers):

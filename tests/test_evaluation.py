@@ -125,3 +125,43 @@ def test_two_ranks_exact_evaluation(ranks_json):
         assert out["any"] is True and out["none"] is False
         assert (out["root"] is None) == (rank == 1)
     assert outs[0]["root"] == outs[0]["all"]
+
+
+PLAIN_BN_WORKER = textwrap.dedent('''
+    """Plain BatchNorm with different running statistics per rank: evaluate() uses each rank's own."""
+    import json
+    import torch
+    from torch import nn
+    from torch.utils.data import DataLoader, Subset, TensorDataset
+    from ddp_helpers.evaluation import evaluate
+    from ddp_helpers.runtime import distributed
+
+    with distributed() as ctx:
+        gen = torch.Generator().manual_seed(0)
+        ds = TensorDataset(torch.randn(37, 6, generator=gen), torch.randint(0, 3, (37,), generator=gen))
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.BatchNorm1d(6), nn.Linear(6, 3))
+        model[0].running_mean.fill_(float(ctx.rank))  # as if each rank had trained on its own shard
+        shard = Subset(ds, range(ctx.rank, 37, ctx.world_size))
+        print(json.dumps(evaluate(model, DataLoader(shard, batch_size=4), ctx.device).as_dict()))
+''')
+
+
+def _plain_bn(running_mean: float) -> nn.Module:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.BatchNorm1d(6), nn.Linear(6, 3))
+    model[0].running_mean.fill_(running_mean)
+    return model
+
+
+def test_plain_batchnorm_shards_are_evaluated_with_their_own_running_stats(ranks_json):
+    outs = ranks_json(PLAIN_BN_WORKER)
+    x, y = _data().tensors
+    own = [evaluate(_plain_bn(float(r)), DataLoader(TensorDataset(x[r::2], y[r::2]), batch_size=37), "cpu")
+           for r in (0, 1)]
+    rank0_model = evaluate(_plain_bn(0.0), DataLoader(_data(), batch_size=37), "cpu")
+    got = EvalResult(**outs[0])
+    assert outs[0] == outs[1] and got.count == 37
+    assert got.correct == own[0].correct + own[1].correct
+    assert math.isclose(got.loss * 37, own[0].loss * own[0].count + own[1].loss * own[1].count, rel_tol=1e-6)
+    assert not math.isclose(got.loss, rank0_model.loss, rel_tol=1e-3)  # not what rank 0's model computes

@@ -510,7 +510,7 @@ def run_suite(timeout: float = 3600, pattern: str = "[0-9][0-9]_*.ipynb") -> dic
             "passed": done.returncode == 0, "pytest_summary": tail[0]}
 
 
-def _ms(s: dict) -> str:
+def ms_spread(s: dict) -> str:
     """A spread of seconds as 'median ms [min-max]'."""
     return f"{s['median'] * 1e3:.1f} ms [{s['min'] * 1e3:.1f}-{s['max'] * 1e3:.1f}]"
 
@@ -525,8 +525,8 @@ def control_verdicts(controls: dict) -> list[str]:
     return [verdict(a, v[a]["seconds"], b, v[b]["seconds"]) for a, b in pairs]
 
 
-def format_table(results: dict) -> str:
-    """The headline figures as an aligned two-column text table (times: median [min-max])."""
+def table_rows(results: dict) -> list[tuple[str, str]]:
+    """The headline figures as (measurement, value) rows (times: median [min-max])."""
     m = results["machine"]
     load = f"load {m['load_average_1min']}" + (f" -> {m['load_average_1min_end']}"
                                                if "load_average_1min_end" in m else "")
@@ -546,7 +546,7 @@ def format_table(results: dict) -> str:
         c = results["controls"]
         for name, v in c["variants"].items():
             rows.append((f"step, {name} ({c['parameters'] / 1e6:.1f} M params, batch {c['batch']})",
-                         f"{_ms(v['spread'])}, {v['allreduces']} all-reduces"))
+                         f"{ms_spread(v['spread'])}, {v['allreduces']} all-reduces"))
         for name, e in c["efficiency"].items():
             rows.append((f"scaling efficiency 1 -> {c['world_size']} processes, {name}", f"{e:.2f}"))
         rows += [("conclusion", line) for line in control_verdicts(c)]
@@ -554,7 +554,7 @@ def format_table(results: dict) -> str:
         for name, h in results["hooks"]["variants"].items():
             rows.append((f"hook {name}", f"{h['payload_bytes']} B/step in {h['allreduces']} all-reduces, "
                          f"loss {h['loss']:.4f}, replicas equal {h['replicas_equal']}, "
-                         f"step {_ms(h['spread'])}"))
+                         f"step {ms_spread(h['spread'])}"))
     if "compile" in results:
         for name, v in results["compile"]["variants"].items():
             rows.append((f"compile {name}", f"{v['graphs']} graphs ({v['subgraphs']} after bucket splits), "
@@ -568,8 +568,20 @@ def format_table(results: dict) -> str:
         su = results["suite"]
         rows.append((f"notebook suite under nbval ({su['notebooks']} notebooks)",
                      f"{su['seconds']:.0f} s ({'passed' if su['passed'] else 'FAILED'})"))
+    return rows
+
+
+def format_table(results: dict) -> str:
+    """The headline figures as an aligned two-column text table."""
+    rows = table_rows(results)
     width = max(len(name) for name, _ in rows)
     return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+def format_markdown(results: dict) -> str:
+    """The same rows as a Markdown table (for the README)."""
+    lines = ["| measurement | value |", "|---|---|"]
+    return "\n".join(lines + [f"| {name} | {value} |" for name, value in table_rows(results)])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -581,7 +593,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--inductor", action="store_true", help="also compile with inductor (slow: minutes)")
     parser.add_argument("--suite", action="store_true", help="also time strict nbval over all notebooks")
     parser.add_argument("--json", type=Path, help="also write the JSON to this file")
+    parser.add_argument("--markdown-from", type=Path, metavar="JSON",
+                        help="measure nothing: print the table of an earlier run's JSON as Markdown")
     args = parser.parse_args(argv)
+    if args.markdown_from:
+        print(format_markdown(json.loads(args.markdown_from.read_text())))
+        return 0
     results = run_bench(args.size_mib, args.repeats, args.steps, args.launch_repeats, args.suite,
                         inductor=args.inductor)
     print(format_table(results))

@@ -143,3 +143,11 @@ def test_format_table_lists_every_measurement():
                    "hook fp16", "100 B/step", "4 after bucket splits", "launch overhead", "2.00 s",
                    "notebook suite", "passed", "-> 0.5"):
         assert needle in table, needle
+
+
+def test_markdown_table_has_the_same_rows():
+    results = {"machine": bench.machine(), "allreduce": {"alpha_s": 5e-5, "beta_s_per_byte": 5e-10, "world_size": 2,
+                                                         "tolerance": 0.25, "holds_bytes": None}}
+    md = bench.format_markdown(results).splitlines()
+    assert md[:2] == ["| measurement | value |", "|---|---|"] and len(md) == 2 + len(bench.table_rows(results))
+    assert "holds nowhere" in md[-1]

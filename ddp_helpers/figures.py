@@ -275,9 +275,17 @@ def save_launch_record(out_dir) -> dict:
 
 
 def load_launch_records(out_dir) -> list[dict]:
-    """The records :func:`save_launch_record` wrote, in rank order."""
-    records = [json.loads(p.read_text()) for p in Path(out_dir).glob("rank*.json")]
-    return sorted(records, key=lambda r: r["rank"])
+    """The records :func:`save_launch_record` wrote, in rank order: one per rank of one launch.
+
+    Raises ValueError when the folder holds a different number of records than the world
+    size (left over from an earlier launch with more ranks: clear the folder first).
+    """
+    records = sorted((json.loads(p.read_text()) for p in Path(out_dir).glob("rank*.json")),
+                     key=lambda r: r["rank"])
+    sizes = {r["world_size"] for r in records}
+    if len(sizes) != 1 or [r["rank"] for r in records] != list(range(sizes.pop())):
+        raise ValueError(f"{out_dir}: records of ranks {[r['rank'] for r in records]} do not form one launch")
+    return records
 
 
 def launch_tree(records):

@@ -72,14 +72,22 @@ def test_launch_record_finds_the_process_listening_on_master_port(monkeypatch, t
         port = server.getsockname()[1]
         monkeypatch.setenv("MASTER_PORT", str(port))
         monkeypatch.setenv("RANK", "3")
+        monkeypatch.setenv("WORLD_SIZE", "1")
         monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "False")
         rec = F.save_launch_record(tmp_path)
     assert rec["pid"] == os.getpid() and rec["agent_pid"] == os.getppid() and rec["rank"] == 3
     assert rec["store_owner"] == "worker" and rec["use_agent_store"] is False  # this process listens
-    assert F.load_launch_records(tmp_path) == [rec]
-    assert json.loads((tmp_path / "rank3.json").read_text()) == rec
-    monkeypatch.setenv("MASTER_PORT", str(port))  # closed now: nobody listens
-    assert F.launch_record()["store_owner"] is None
+    with pytest.raises(ValueError):  # rank 3 of a world of 1: not one launch
+        F.load_launch_records(tmp_path)
+    monkeypatch.setenv("RANK", "0")
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", port))
+        server.listen()
+        (tmp_path / "rank3.json").unlink()
+        rec = F.save_launch_record(tmp_path)
+    assert F.load_launch_records(tmp_path) == [rec] and rec["store_owner"] == "worker"
+    assert json.loads((tmp_path / "rank0.json").read_text()) == rec
+    assert F.launch_record()["store_owner"] is None  # closed now: nobody listens
 
 
 def test_launch_records_of_a_real_torchrun_launch(ranks_json):

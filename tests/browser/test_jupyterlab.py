@@ -2,7 +2,10 @@
 
 Runs all cells of notebooks 00 and 02 and checks: no error outputs except the cells that
 demonstrate an error on purpose, the launch helper's live output appears, and the sampler
-explorer renders and redraws when a control changes. Screenshots go to build/browser/.
+explorer renders and redraws when a control changes. Runs notebook 01's ring stepper cells and
+clicks its step button and Play. Opens the stored notebooks unrun (untrusted, as after a
+clone) and checks that every widget and figure cell shows a picture, never a widget's text repr.
+Screenshots go to build/browser/.
 
 Needs Debian's chromium (/usr/bin/chromium) and the playwright package: `make test-browser`.
 """
@@ -82,12 +85,13 @@ def test_token_is_required(lab):
     assert info.value.code == 403
 
 
-def run_all(browser, lab, name):
-    base, token, _ = lab
+def open_notebook(browser, lab, name):
+    """Open notebooks/NAME (of the lab's copy) in a fresh page; wait for its kernel to be idle."""
+    base, token, root = lab
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     # a workspace of its own, reset: only this notebook is open
     page.goto(f"{base}/lab/workspaces/{Path(name).stem}/tree/notebooks/{name}?reset&token={token}")
-    n_cells = len(json.loads((ROOT / "notebooks" / name).read_text())["cells"])
+    n_cells = len(json.loads((root / "notebooks" / name).read_text())["cells"])
     page.wait_for_function(f"() => document.querySelectorAll('.jp-Notebook .jp-Cell').length === {n_cells}",
                            timeout=60_000)
     select = page.locator(".jp-Dialog button", has_text="Select")
@@ -96,8 +100,16 @@ def run_all(browser, lab, name):
         select.click()
     except playwright.TimeoutError:
         pass
-    idle = ".jp-Notebook-ExecutionIndicator[data-status='idle']"
-    page.wait_for_selector(idle, state="attached", timeout=60_000)
+    page.wait_for_selector(IDLE, state="attached", timeout=60_000)
+    return page
+
+
+IDLE = ".jp-Notebook-ExecutionIndicator[data-status='idle']"
+
+
+def run_all(browser, lab, name):
+    page = open_notebook(browser, lab, name)
+    idle = IDLE
     page.click("text=Run", timeout=10_000)  # the Run menu
     page.click("text=Run All Cells", timeout=10_000)
     # Done when every code cell shows an execution count ([12]:, not [ ]: or [*]:).
@@ -158,4 +170,82 @@ def test_sampler_explorer_redraws(browser, lab):
                            arg=before, timeout=30_000)
     assert explorer.locator("img").first.get_attribute("src") != before
     explorer.screenshot(path=str(SHOTS / "02_explorer.png"))
+    page.close()
+
+
+# Cells that draw a figure from ddp_helpers.figures or build a widget: each must show a picture.
+PICTURE_CALLS = ("ring_stepper(", "sampler_explorer(", "parallelism_overview(", "launch_tree(",
+                 "checkpoint_flow(", "ddp_step_timeline(", "ring_step_figure(", "draw_sampler_grid(")
+STORED = ["00_orientation.ipynb", "01_collectives_and_ring_allreduce.ipynb", "02_samplers.ipynb",
+          "03_launching.ipynb", "04_ddp_fundamentals.ipynb", "05_checkpoints_and_fault_tolerance.ipynb"]
+
+
+def picture_cells(name):
+    cells = json.loads((ROOT / "notebooks" / name).read_text())["cells"]
+    return [i for i, c in enumerate(cells) if c["cell_type"] == "code"
+            and any(call in "".join(c["source"]) for call in PICTURE_CALLS)]
+
+
+@pytest.mark.parametrize("name", STORED)
+def test_stored_notebook_shows_pictures_before_it_runs(browser, lab, name):
+    """An unrun, untrusted notebook: widget cells fall back to their PNG, figure cells show theirs."""
+    wanted = picture_cells(name)
+    if name.startswith(("01", "02")):
+        assert wanted, "the widget notebooks have picture cells"
+    page = open_notebook(browser, lab, name)
+    shown = page.evaluate("""(wanted) => {
+        const cells = Array.from(document.querySelectorAll('.jp-Notebook .jp-Cell'));
+        return wanted.map(i => [i, cells[i].querySelectorAll('.jp-OutputArea-output img').length,
+                                /VBox\\(children=/.test(cells[i].textContent)]);
+    }""", wanted)
+    assert all(images >= 1 and not text_repr for _, images, text_repr in shown), shown
+    page.screenshot(path=str(SHOTS / f"{Path(name).stem}_unrun.png"), full_page=False)
+    page.close()
+
+
+def scratch_notebook(lab, name, sources):
+    import nbformat
+
+    _, _, root = lab
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in sources])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+    nbformat.write(nb, root / "notebooks" / name)
+
+
+def cells_with(name, text):
+    cells = json.loads((ROOT / "notebooks" / name).read_text())["cells"]
+    return ["".join(c["source"]) for c in cells if c["cell_type"] == "code" and text in "".join(c["source"])]
+
+
+def test_ring_stepper_buttons_and_play(browser, lab):
+    """Notebook 01's own static-figure and stepper cells: ▶ and Play change the picture."""
+    nb01 = "01_collectives_and_ring_allreduce.ipynb"
+    (static,) = cells_with(nb01, "ring_step_figure(")
+    (stepper,) = cells_with(nb01, "ring_stepper(")
+    scratch_notebook(lab, "zz_stepper.ipynb", ["import matplotlib.pyplot as plt", static, stepper])
+    page = open_notebook(browser, lab, "zz_stepper.ipynb")
+    page.click("text=Run", timeout=10_000)
+    page.click("text=Run All Cells", timeout=10_000)
+    box = page.locator(".widget-vbox", has=page.locator(".widget-slider", has_text="N ranks")).first
+    box.wait_for(timeout=RUN_TIMEOUT_MS)
+    image = box.locator(".widget-output img").first
+    image.wait_for(timeout=60_000)
+    step_readout = box.locator(".widget-slider", has_text="step").locator(".widget-readout")
+
+    def changes_from(src):
+        page.wait_for_function("([b, s]) => { const i = document.querySelector(s);"
+                               " return i && i.src && i.src !== b; }",
+                               arg=[src, ".widget-vbox .widget-output img"], timeout=30_000)
+
+    first = image.get_attribute("src")
+    box.locator("button", has_text="▶").click()
+    changes_from(first)
+    page.wait_for_function("(e) => e.textContent.trim() === '1'", arg=step_readout.element_handle(),
+                           timeout=30_000)
+    after_next = box.locator(".widget-output img").first.get_attribute("src")
+    box.locator(".widget-play button").first.click()  # Play
+    changes_from(after_next)
+    page.wait_for_function("(e) => Number(e.textContent.trim()) >= 2", arg=step_readout.element_handle(),
+                           timeout=30_000)
+    box.screenshot(path=str(SHOTS / "01_stepper.png"))
     page.close()

@@ -468,6 +468,8 @@ def alpha_beta(sweep: dict, tolerance: float = 0.25) -> dict:
 def run_bench(size_mib: int = 64, repeats: int = 20, steps: int = 20, launch_repeats: int = 5,
               suite: bool = False, timeout: float = 600, inductor: bool = False) -> dict:
     """Run every measurement in fresh torchrun launches and return the results as a dict."""
+    from ddp_helpers.comm_hooks import compression_pays
+
     results: dict = {"machine": machine(), "size_mib": size_mib, "repeats": repeats, "steps": steps}
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="ddp_bench_") as tmp:
@@ -481,6 +483,8 @@ def run_bench(size_mib: int = 64, repeats: int = 20, steps: int = 20, launch_rep
         results["controls"] = _launch(script, out, "controls", 2, timeout, steps=steps,
                                       bucket_caps=list(BUCKET_CAPS))
         results["hooks"] = _launch(script, out, "hooks", 2, timeout, steps=steps)
+        results["hooks"]["pays"] = compression_pays(results["hooks"], alpha=results["allreduce"]["alpha_s"],
+                                                    beta=results["allreduce"]["beta_s_per_byte"])
         results["compile"] = _launch(script, out, "compile", 2, timeout, inductor=inductor)
         hello, bare = [], []
         for _ in range(launch_repeats):  # alternating: a launch, then a bare import
@@ -555,14 +559,22 @@ def table_rows(results: dict) -> list[tuple[str, str]]:
             rows.append((f"hook {name}", f"{h['payload_bytes']} B/step in {h['allreduces']} all-reduces, "
                          f"loss {h['loss']:.4f}, replicas equal {h['replicas_equal']}, "
                          f"step {ms_spread(h['spread'])}"))
+        for name, p in results["hooks"].get("pays", {}).items():
+            where = (f"pays on links slower than {p['pays_below_bytes_per_s'] / 1e9:.2f} GB/s"
+                     if p["threshold"] == "computed" else p["threshold"])
+            rows.append((f"hook {name}: when it pays", f"saves {p['saved_s'] * 1e3:.1f} ms (alpha-beta), costs "
+                         f"{p['cost_s'] * 1e3:.1f} ms (1 process): {where}; measured: {p['verdict']}"))
     if "compile" in results:
         for name, v in results["compile"]["variants"].items():
             rows.append((f"compile {name}", f"{v['graphs']} graphs ({v['subgraphs']} after bucket splits), "
                          f"{v['graph_breaks']} graph breaks, equal to eager: {v['equal']}"))
     if "launch" in results:
         lr = results["launch"]
-        rows += [("torchrun 2-process hello world", f"{median(lr['torchrun_hello_2proc_s']):.2f} s"),
-                 ('bare python -c "import torch.distributed"', f"{median(lr['python_import_s']):.2f} s"),
+        spans = {k: f"{min(v):.2f}-{max(v):.2f}" for k, v in lr.items() if k.endswith("_s") and isinstance(v, list)}
+        rows += [("torchrun 2-process hello world",
+                  f"{median(lr['torchrun_hello_2proc_s']):.2f} s [{spans['torchrun_hello_2proc_s']}]"),
+                 ('bare python -c "import torch.distributed"',
+                  f"{median(lr['python_import_s']):.2f} s [{spans['python_import_s']}]"),
                  ("launch overhead", f"{lr['overhead_s']:.2f} s")]
     if "suite" in results:
         su = results["suite"]

@@ -27,9 +27,9 @@ import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_helpers.bench import compare_collectives, default_device, make_mlp
+from ddp_helpers.bench import compare_collectives, default_device, make_mlp, median
 from ddp_helpers.checks import gather_digests
-from ddp_helpers.timing import load_average, spread
+from ddp_helpers.timing import load_average, measurable, spread, verdict
 
 HOOKS = ("allreduce", "fp16", "powerSGD rank 1", "powerSGD rank 2", "powerSGD rank 4")
 START_POWERSGD_ITER = 2  # the smallest PowerSGD allows with error feedback (plain all-reduce before)
@@ -179,3 +179,31 @@ def _alone(base, hooks: tuple[str, ...], data, bucket_cap_mb: float) -> dict[str
             times[name] += t
         hooks = hooks[1:] + hooks[:1]
     return times
+
+
+def compression_pays(hooks: dict, alpha: float, beta: float, reference: str = "allreduce") -> dict:
+    """When does each hook of a :func:`hooks_run` result pay, by the alpha-beta model?
+
+    It saves ``alpha * (fewer calls) + beta * (fewer bytes)`` of communication per step and costs
+    what it adds to a step on one process (``alone_seconds``, where nothing travels). It pays on
+    links slower than ``fewer bytes / (cost - alpha * fewer calls)`` bytes/s. When the cost is
+    within the spread of the measurements, no threshold is computed (``pays_below_bytes_per_s``
+    None, ``threshold`` says why). ``verdict``: the measured step times against the reference.
+    """
+    base, out = hooks["variants"][reference], {}
+    for name, v in hooks["variants"].items():
+        if name == reference:
+            continue
+        fewer_bytes, fewer_calls = base["payload_bytes"] - v["payload_bytes"], base["allreduces"] - v["allreduces"]
+        cost = median(v["alone_seconds"]) - median(base["alone_seconds"])
+        denominator = cost - alpha * fewer_calls
+        if not measurable(v["alone_seconds"], base["alone_seconds"]):
+            below, threshold = None, "cost within the spread"
+        elif denominator <= 0:
+            below, threshold = None, "pays on any link"
+        else:
+            below, threshold = fewer_bytes / denominator, "computed"
+        out[name] = {"saved_s": alpha * fewer_calls + beta * fewer_bytes, "cost_s": cost,
+                     "pays_below_bytes_per_s": below, "threshold": threshold,
+                     "verdict": verdict(name, v["seconds"], reference, base["seconds"])}
+    return out

@@ -39,3 +39,17 @@ def test_hooks_run_counts_payloads(single_rank_group):
     assert v["powerSGD rank 1"]["allreduces"] == 3 and v["allreduce"]["allreduces"] == 1
     for x in v.values():
         assert x["replicas_equal"] and len(x["seconds"]) == len(x["alone_seconds"]) == 3
+
+
+def test_compression_pays_from_alpha_beta_and_the_measured_cost():
+    ms = [0.010, 0.011, 0.012, 0.013]
+    def v(nbytes, calls, alone):
+        return {"payload_bytes": nbytes, "allreduces": calls, "seconds": ms, "alone_seconds": alone}
+    hooks = {"variants": {"allreduce": v(2000, 1, ms), "cheap": v(1000, 1, [t + 0.001 for t in ms]),
+                          "costly": v(1000, 3, [t + 0.010 for t in ms]), "free": v(1000, 1, ms)}}
+    pays = comm_hooks.compression_pays(hooks, alpha=0.001, beta=1e-6)
+    assert pays["costly"]["threshold"] == "computed"
+    assert pays["costly"]["saved_s"] == pytest.approx(-2 * 0.001 + 1000 * 1e-6)
+    assert pays["costly"]["pays_below_bytes_per_s"] == pytest.approx(1000 / (0.010 + 2 * 0.001))
+    assert pays["cheap"]["threshold"] == "cost within the spread" and pays["cheap"]["pays_below_bytes_per_s"] is None
+    assert pays["free"]["verdict"] == "free vs allreduce: no measurable difference"

@@ -1,20 +1,31 @@
-"""The workshop handouts: both editions of every notebook, no solutions for students."""
+"""The workshop handouts as text: editions, titles, offline script URLs, print CSS, slides, plans.
 
+The pages are built without the browser libraries (no npm here); tests/browser/test_handouts_offline.py
+opens them, PDFs included, in Chromium with the network refused.
+"""
+
+import html
 import json
+import re
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
+import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import handouts  # noqa: E402
+import notebook_times  # noqa: E402
+
+NOTEBOOKS = handouts.notebooks()
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     out = tmp_path_factory.mktemp("handouts")
-    handouts.build(out)
+    handouts.build(out, slides=True, assets=False)
     return out
 
 
@@ -22,7 +33,14 @@ def tagged(path, tag):
     return sum(tag in c.get("metadata", {}).get("tags", []) for c in json.loads(path.read_text())["cells"])
 
 
-@pytest.mark.parametrize("notebook", handouts.notebooks(), ids=lambda p: p.name)
+def pages(built):
+    for path in NOTEBOOKS:
+        yield path, built / "student" / f"{path.stem}.html"
+        yield path, built / "instructor" / f"{path.stem}.html"
+        yield path, built / "slides" / f"{path.stem}.slides.html"
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
 def test_editions(built, notebook):
     student = (built / "student" / f"{notebook.stem}.html").read_text()
     instructor = (built / "instructor" / f"{notebook.stem}.html").read_text()
@@ -32,12 +50,146 @@ def test_editions(built, notebook):
     assert student.count("celltag_solution") == 0
     assert instructor.count("celltag_solution") == solutions
     assert student.count("celltag_exercise") == instructor.count("celltag_exercise") == exercises
-    assert ".ipynb)" not in student and f'href="{notebook.stem}.ipynb"' not in student
+    assert not re.search(r'href="[^"]*\.ipynb[#"]', student), "notebook links point at the HTML pages"
 
 
-def test_index_links_every_edition(built):
+class Loads(HTMLParser):
+    """What a page loads by itself: script, stylesheet, image and iframe URLs, and module imports."""
+
+    def __init__(self):
+        super().__init__()
+        self.urls, self._script = [], False
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag in ("script", "img", "iframe") and a.get("src"):
+            self.urls.append(a["src"])
+        if tag == "link" and a.get("href"):
+            self.urls.append(a["href"])
+        self._script = tag == "script"
+
+    def handle_data(self, data):
+        if self._script:
+            self.urls += re.findall(r"""(?:import\s*\(?|from)\s*['"]([^'"]+)['"]""", data)
+            self.urls += re.findall(r"""['"](https?://[^'"]+\.(?:js|css|mjs))['"]""", data)
+
+    def handle_endtag(self, tag):
+        self._script = False
+
+
+def test_committed_notebooks_keep_their_nbval_comments():
+    assert any("# NBVAL_" in p.read_text() for p in NOTEBOOKS)  # the handouts drop them from copies
+
+
+def test_pages_load_only_their_assets(built):
+    shipped = set(handouts.ASSETS)
+    for _, page in pages(built):
+        parser = Loads()
+        parser.feed(page.read_text())
+        urls = [u for u in parser.urls if not u.startswith("data:")]
+        assert urls, page
+        for url in urls:
+            assert url.startswith("../assets/"), (page.name, url)
+            local = url.removeprefix("../assets/").split("?")[0]
+            assert any(local == s or local.startswith(s + "/") for s in shipped), (page.name, url)
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_titles_nbval_comments_print_css(built, notebook):
+    title = handouts.title_of(notebook)
+    assert re.match(r"\d\d · \S", title), title
+    for _, page in [p for p in pages(built) if p[0] == notebook]:
+        text = page.read_text()
+        suffix = " slides" if page.parent.name == "slides" else ""
+        assert f"<title>{html.escape(handouts.plain(title), quote=False)}{suffix}</title>" in text
+        assert "NBVAL_" not in text
+        if not suffix:
+            css = text[text.index("@media print"):]
+            assert "size: A4" in text and "white-space: pre-wrap !important" in css
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_one_slide_per_section(built, notebook):
+    nb = nbformat.read(notebook, as_version=4)
+    assert not any("slideshow" in c.metadata for c in nb.cells), "slide metadata belongs to the tool"
+    sections = sum(c.cell_type == "markdown" and c.source.startswith("## ") for c in nb.cells)
+    slides = (built / "slides" / f"{notebook.stem}.slides.html").read_text()
+    body = slides[slides.index('<div class="slides">'):]
+    # nbconvert writes each slide as <section><section>...</section></section>
+    assert len(re.findall(r"<section>\s*<section>", body)) == 1 + sections
+    copy = handouts.with_slide_metadata(handouts.handout_copy(nb, ".slides.html"))
+    kinds = [c.metadata.slideshow.slide_type for c in copy.cells]
+    assert kinds.count("slide") == 2 + sections  # the first (navigation) cell, the title, the sections
+
+
+def test_index_renders_markdown(built):
     index = (built / "index.html").read_text()
-    for notebook in handouts.notebooks():
-        for edition in ("student", "instructor"):
-            link = f"{edition}/{notebook.stem}.html"
+    assert "`" not in index and "<table>" in index and "<code>" in index
+    assert 'href="instructor.html"' in index
+    for notebook in NOTEBOOKS:
+        name = handouts.title_of(notebook).partition(" · ")[2]
+        rendered = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(name, quote=False))
+        assert rendered in index
+        for link in (f"student/{notebook.stem}.html", f"instructor/{notebook.stem}.html",
+                     f"slides/{notebook.stem}.slides.html"):
             assert f'href="{link}"' in index and (built / link).exists()
+
+
+def test_instructor_page(built):
+    page = html.unescape((built / "instructor.html").read_text())
+    assert "`" not in page and "Half-day plan" in page and "Full-day plan" in page
+    for notebook in NOTEBOOKS:
+        nb = nbformat.read(notebook, as_version=4)
+        goals, tasks = handouts.objectives(nb), handouts.exercises(nb)
+        assert 3 <= len(goals) <= 7 and len(tasks) == tagged(notebook, "exercise")
+        for text in goals[:1] + tasks[:1]:
+            first_words = text.split("`")[0][:30]
+            assert first_words in page, (notebook.name, first_words)
+
+
+def test_plan_keeps_order_and_blocks():
+    s = [handouts.Session(f"{i:02d}", f"{i:02d} · n", m, None) for i, m in enumerate([50, 30, 60, 80, 90])]
+    rows, left = handouts.plan(s, [("09:00", 90), ("break", 15), ("10:45", 90)])
+    placed = [r.split("|")[2].strip() for r in rows[2:] if r.split("|")[2].strip()]
+    assert placed == ["00 · n", "01 · n", "02 · n"] and [x.stem for x in left] == ["03", "04"]
+    assert rows[4].startswith("| break")  # 50 + 30 fill the first block, 60 opens the second
+
+
+def test_teaching_minutes_count_run_time_reading_and_exercises():
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# 99 · T\n\n" + "word " * 236),
+        nbformat.v4.new_markdown_cell("**Exercise 1.** Do it.", metadata={"tags": ["exercise"]})])
+    assert handouts.words(nb) == 244
+    assert handouts.exercises(nb) == ["Do it."]
+    # 244 words / 120 per minute = 2.03 min, + 10 min exercise + 3 min run = 15.03, rounded up to 20
+    assert handouts.teaching_minutes(nb, 180) == 20 and handouts.teaching_minutes(nb, 170) == 15
+
+
+def test_nbval_comments_are_dropped_from_copies_only():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "# NBVAL_IGNORE_OUTPUT\nx = 1  # NBVAL_ is only a comment line\n    # NBVAL_SKIP\ny = 2")])
+    copy = handouts.handout_copy(nb, ".html")
+    assert copy.cells[0].source == "x = 1  # NBVAL_ is only a comment line\ny = 2"
+    assert nb.cells[0].source.startswith("# NBVAL_IGNORE_OUTPUT")
+
+
+def test_times_from_junit(tmp_path):
+    report = tmp_path / "junit.xml"
+    report.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="notebooks.03_launching.ipynb" name="Cell 0" time="1.25"/>'
+        '<testcase classname="notebooks.03_launching.ipynb" name="Cell 1" time="2.5"><failure/></testcase>'
+        '<testcase classname="notebooks.04_ddp_fundamentals.ipynb" name="Cell 0" time="4"/>'
+        '<testcase classname="tests.test_ring" name="test_x" time="9"/>'
+        '</testsuite></testsuites>')
+    assert notebook_times.from_junit(report) == {
+        "03_launching.ipynb": {"seconds": 3.8, "cells": 2, "passed": False},
+        "04_ddp_fundamentals.ipynb": {"seconds": 4.0, "cells": 1, "passed": True}}
+
+
+def test_committed_times_are_measurements():
+    times = json.loads(handouts.TIMES.read_text())
+    assert times["machine"]["cpu_count"] >= 1 and times["machine"]["date"]
+    names = {p.name for p in NOTEBOOKS}
+    for name, entry in times["notebooks"].items():
+        assert name in names and entry["seconds"] > 0 and entry["cells"] > 0

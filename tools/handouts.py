@@ -1,112 +1,478 @@
-"""Render the executed notebooks to HTML handouts for a workshop.
+"""Render the executed notebooks to offline workshop handouts.
 
-    python tools/handouts.py [--out build/handouts] [--slides]
+    python tools/handouts.py [--out build/handouts] [--slides] [--pdf]
 
-Writes two editions of every notebook plus an index page:
-  instructor/NN_name.html   everything, solutions included
-  student/NN_name.html      cells tagged ``solution`` removed (exercises kept)
-  slides/NN_name.slides.html  (with --slides) reveal.js slides for the instructor
-  index.html                links to both editions, in series order
+Writes, from the notebooks as committed (nothing is executed):
+  student/NN_name.html (.pdf)     cells tagged ``solution`` removed, exercises kept
+  instructor/NN_name.html (.pdf)  everything
+  slides/NN_name.slides.html      (--slides) reveal.js, one slide per ``##`` section
+  index.html                      links to every edition, the titles' markdown rendered
+  instructor.html                 objectives, measured run times, exercises, half- and full-day plans
+  assets/                         require.js, MathJax 2, jQuery, reveal.js and the widget manager
 
-The notebooks are rendered as committed (make execute refreshes them); nothing is run.
+Every page loads its scripts from assets/ (pinned npm packages, package-lock.json, installed by
+``npm ci`` into build/npm): the folder works offline and can be copied as it is. The PDFs
+(--pdf, A4) are printed by headless Chromium (Debian's chromium) with every non-file request
+refused; a page that asks for the network, or fails to load a file, fails the build.
+
+The handouts are made from in-memory copies: ``# NBVAL_*`` comment lines dropped, the page titled
+with the notebook's ``# NN · Title`` heading, notebook links pointed at the HTML pages, and, for
+the slides, reveal.js slide metadata written on every cell.
 """
 
 from __future__ import annotations
 
 import argparse
-import html
+import copy
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import mistune
 import nbformat
 from nbconvert import HTMLExporter, SlidesExporter
 from traitlets.config import Config
 
 ROOT = Path(__file__).resolve().parent.parent
-SOLUTION_TAG = "solution"
+TEMPLATES = Path(__file__).resolve().parent / "handout_templates"
+NPM = ROOT / "build" / "npm"
+TIMES = ROOT / "tools" / "notebook_times.json"
+CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
+# the launch flags of tests/browser/test_jupyterlab.py
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SOLUTION_TAG, EXERCISE_TAG, NAV_TAG = "solution", "exercise", "nav"
+EDITIONS = ("student", "instructor")
+NBVAL_COMMENT = re.compile(r"^[ \t]*#[ \t]*NBVAL_[A-Z_]+\b.*(?:\n|$)", re.MULTILINE)
+
+# What the pages load, copied from the npm packages into assets/ (nothing else is served).
+ASSETS = {
+    "require.js": "requirejs/require.js",
+    "jquery.min.js": "jquery/dist/jquery.min.js",
+    "reveal.js/dist": "reveal.js/dist",
+    "reveal.js/plugin/notes": "reveal.js/plugin/notes",
+    "html-manager": "@jupyter-widgets/html-manager/dist",
+    # MathJax 2 (the API nbconvert's templates call): the TeX -> CommonHTML configuration only
+    "mathjax/MathJax.js": "mathjax/MathJax.js",
+    "mathjax/config/TeX-AMS_CHTML-full.js": "mathjax/config/TeX-AMS_CHTML-full.js",
+    "mathjax/config/Safe.js": "mathjax/config/Safe.js",
+    "mathjax/extensions": "mathjax/extensions",
+    "mathjax/jax/input/TeX": "mathjax/jax/input/TeX",
+    "mathjax/jax/output/CommonHTML": "mathjax/jax/output/CommonHTML",
+    "mathjax/jax/element": "mathjax/jax/element",
+    "mathjax/fonts/HTML-CSS/TeX/woff": "mathjax/fonts/HTML-CSS/TeX/woff",
+    "mathjax/localization/en": "mathjax/localization/en",
+}
+SKIP_FILES = shutil.ignore_patterns("*.map", "embed.js", "embed.js.LICENSE.txt", "libembed-amd.js",
+                                    "reveal.esm.js", "notes.esm.js")
+
+# The plans: teaching time per notebook = measured run time + reading + exercises.
+READING_WORDS_PER_MIN = 120   # markdown and code read aloud or explained
+MINUTES_PER_EXERCISE = 10
+HALF_DAY_BLOCKS = [("09:00", 90), ("break", 15), ("10:45", 90)]
+FULL_DAY_BLOCKS = HALF_DAY_BLOCKS + [("lunch", 60), ("13:30", 90), ("break", 15), ("15:15", 90)]
 
 
 def notebooks() -> list[Path]:
     return sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
 
 
-def exporter(kind: str, edition: str):
-    config = Config()
-    # nbconvert's own TagRemovePreprocessor drops the solution cells of the student edition.
-    config.TagRemovePreprocessor.enabled = True
-    config.TagRemovePreprocessor.remove_cell_tags = {SOLUTION_TAG} if edition == "student" else set()
-    return (SlidesExporter if kind == "slides" else HTMLExporter)(config=config)
+# --- reading a notebook ----------------------------------------------------------------------
+
+def tags(cell) -> list[str]:
+    return cell.get("metadata", {}).get("tags", [])
 
 
-def retarget_links(nb, suffix: str):
-    """Links between notebooks point at .ipynb files; the handouts are .html files."""
+def title_cell(nb):
     for cell in nb.cells:
-        if cell.cell_type == "markdown":
-            for path in notebooks():
-                cell.source = cell.source.replace(f"({path.name})", f"({path.stem}{suffix})")
+        if cell.cell_type == "markdown" and NAV_TAG not in tags(cell) and cell.source.startswith("# "):
+            return cell
+    return None
+
+
+def title_of(nb_or_path) -> str:
+    nb = nbformat.read(nb_or_path, as_version=4) if isinstance(nb_or_path, Path) else nb_or_path
+    cell = title_cell(nb)
+    return cell.source.splitlines()[0][2:].strip() if cell else ""
+
+
+def plain(markdown: str) -> str:
+    """A heading's text without its inline markup, for a page's <title>."""
+    return re.sub(r"[`*]", "", markdown)
+
+
+def objectives(nb) -> list[str]:
+    """The bullets under **Learning objectives** in the title cell (continuation lines joined)."""
+    cell, items, inside = title_cell(nb), [], False
+    for line in (cell.source.splitlines() if cell else []):
+        if line.strip().lower().startswith("**learning objectives"):
+            inside = True
+        elif inside and line.startswith("- "):
+            items.append(line[2:].strip())
+        elif inside and line.startswith("  ") and items:
+            items[-1] += " " + line.strip()
+        elif inside and line.strip():
+            break
+    return items
+
+
+def exercises(nb) -> list[str]:
+    """Each exercise's text on one line, its "**Exercise N.**" label dropped."""
+    return [re.sub(r"^\*\*Exercise \d+\.?\*\*\s*", "", " ".join(cell.source.split()))
+            for cell in nb.cells if EXERCISE_TAG in tags(cell)]
+
+
+def words(nb) -> int:
+    return sum(len(c.source.split()) for c in nb.cells if NAV_TAG not in tags(c))
+
+
+# --- the in-memory copies ----------------------------------------------------------------------
+
+def handout_copy(nb, suffix: str):
+    """A copy for the handouts: no NBVAL comment lines, titled, links pointed at the HTML pages."""
+    nb = copy.deepcopy(nb)
+    nb.metadata["title"] = plain(title_of(nb))
+    names = [p.name for p in notebooks()]
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.source = NBVAL_COMMENT.sub("", cell.source)
+        elif cell.cell_type == "markdown":
+            for name in names:
+                cell.source = cell.source.replace(f"({name})", f"({Path(name).stem}{suffix})")
             cell.source = cell.source.replace("(../README.md#curriculum)", "(../index.html)")
     return nb
 
 
+def with_slide_metadata(nb):
+    """reveal.js metadata on every cell: the title cell and each ``## `` heading start a slide."""
+    for i, cell in enumerate(nb.cells):
+        starts = i == 0 or cell is title_cell(nb) or (
+            cell.cell_type == "markdown" and cell.source.startswith("## "))
+        cell.metadata["slideshow"] = {"slide_type": "slide" if starts else "-"}
+    return nb
+
+
+# --- rendering -------------------------------------------------------------------------------
+
+def exporter(kind: str, edition: str):
+    config = Config()
+    # nbconvert's own TagRemovePreprocessor drops the solution cells of the student edition
+    # and the navigation cells of the slides.
+    remove = {SOLUTION_TAG} if edition == "student" else set()
+    if kind == "slides":
+        remove |= {NAV_TAG}
+    config.TagRemovePreprocessor.enabled = True
+    config.TagRemovePreprocessor.remove_cell_tags = remove
+    assets = "../assets"  # every page sits one folder below the handouts' root
+    common = dict(config=config, extra_template_basedirs=[str(TEMPLATES)],
+                  require_js_url=f"{assets}/require.js",
+                  mathjax_url=f"{assets}/mathjax/MathJax.js?config=TeX-AMS_CHTML-full,Safe",
+                  jquery_url=f"{assets}/jquery.min.js",
+                  widget_renderer_url=f"{assets}/html-manager/embed-amd.js")
+    if kind == "slides":
+        return SlidesExporter(template_name="handout_slides", reveal_url_prefix=f"{assets}/reveal.js",
+                              reveal_theme="white", reveal_scroll=True, **common)
+    return HTMLExporter(template_name="handout", **common)
+
+
 def render(path: Path, out: Path, edition: str, kind: str = "html") -> Path:
     suffix = ".slides.html" if kind == "slides" else ".html"
-    nb = retarget_links(nbformat.read(path, as_version=4), suffix)
-    body, _ = exporter(kind, edition).from_notebook_node(nb, resources={"metadata": {"name": path.stem}})
-    target = out / edition / f"{path.stem}{suffix}"
+    nb = handout_copy(nbformat.read(path, as_version=4), suffix)
     if kind == "slides":
-        target = out / "slides" / f"{path.stem}{suffix}"
+        nb = with_slide_metadata(nb)
+    body, _ = exporter(kind, edition).from_notebook_node(nb, resources={"metadata": {"name": path.stem}})
+    target = out / ("slides" if kind == "slides" else edition) / f"{path.stem}{suffix}"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(body, encoding="utf-8")
     return target
 
 
-def title_of(path: Path) -> str:
-    nb = nbformat.read(path, as_version=4)
-    for cell in nb.cells:
-        if cell.cell_type == "markdown" and "nav" not in cell.metadata.get("tags", []):
-            for line in cell.source.splitlines():
-                if line.startswith("# "):
-                    return line[2:].strip()
-    return path.stem
+# --- the browser libraries -------------------------------------------------------------------
+
+def npm_modules() -> Path:
+    """build/npm/node_modules as package-lock.json pins it (npm ci, only when the lock changed)."""
+    lock = ROOT / "package-lock.json"
+    stamp, digest = NPM / ".lock-sha256", hashlib.sha256(lock.read_bytes()).hexdigest()
+    if not (stamp.exists() and stamp.read_text() == digest):
+        NPM.mkdir(parents=True, exist_ok=True)
+        for name in ("package.json", "package-lock.json"):
+            shutil.copy(ROOT / name, NPM / name)
+        subprocess.run(["npm", "ci", "--ignore-scripts", "--omit=optional", "--no-audit", "--no-fund"],
+                       cwd=NPM, check=True, timeout=600)
+        stamp.write_text(digest)
+    return NPM / "node_modules"
 
 
-def write_index(out: Path, slides: bool) -> Path:
-    rows = []
-    for path in notebooks():
-        links = [f'<a href="student/{path.stem}.html">student</a>',
-                 f'<a href="instructor/{path.stem}.html">instructor</a>']
-        if slides:
-            links.append(f'<a href="slides/{path.stem}.slides.html">slides</a>')
-        rows.append(f"<tr><td>{html.escape(title_of(path))}</td><td>{' · '.join(links)}</td></tr>")
-    page = ("<!doctype html><meta charset='utf-8'><title>DDP workshop handouts</title>"
-            "<style>body{font-family:sans-serif;max-width:50em;margin:2em auto}"
-            "td{padding:.3em 1em}</style>"
-            "<h1>PyTorch DDP, hands-on: handouts</h1>"
-            "<p>Student editions leave out the exercise solutions; instructor editions have everything.</p>"
-            f"<table>{''.join(rows)}</table>")
-    index = out / "index.html"
-    index.write_text(page, encoding="utf-8")
-    return index
+def copy_assets(out: Path) -> Path:
+    modules, target = npm_modules(), out / "assets"
+    shutil.rmtree(target, ignore_errors=True)
+    for dest, src in ASSETS.items():
+        (target / dest).parent.mkdir(parents=True, exist_ok=True)
+        if (modules / src).is_dir():
+            shutil.copytree(modules / src, target / dest, ignore=SKIP_FILES)
+        else:
+            shutil.copy(modules / src, target / dest)
+    return target
 
 
-def build(out: Path, slides: bool = False) -> list[Path]:
+# --- PDFs ------------------------------------------------------------------------------------
+
+class NetworkRequested(RuntimeError):
+    pass
+
+
+@dataclass
+class OfflinePage:
+    """A page whose non-file requests are refused and recorded, as are failed loads and script errors."""
+    page: object
+    refused: list = field(default_factory=list)
+    failed: list = field(default_factory=list)
+    errors: list = field(default_factory=list)
+
+    @classmethod
+    def open(cls, browser, url: str, **kw):
+        watched = cls(browser.new_page(**kw))
+
+        def route(r):
+            if r.request.url.startswith("file:"):
+                r.continue_()
+            else:
+                watched.refused.append(r.request.url)
+                r.abort()
+
+        watched.page.route("**/*", route)
+        watched.page.on("requestfailed", lambda r: watched.failed.append(r.url))
+        watched.page.on("pageerror", lambda e: watched.errors.append(str(e)))
+        watched.page.goto(url, wait_until="load")
+        return watched
+
+    def problems(self) -> list[str]:
+        return ([f"network request: {u}" for u in self.refused]
+                + [f"failed to load: {u}" for u in self.failed if not u.startswith(("http:", "https:"))]
+                + [f"script error: {e}" for e in self.errors])
+
+
+def wait_rendered(page, widget_views: int):
+    """Until the embedded widgets are drawn and MathJax has typeset (when the page has them)."""
+    if widget_views:
+        page.wait_for_function("n => document.querySelectorAll('.jupyter-widgets.widget-vbox, "
+                               ".jupyter-widgets.widget-box').length >= n", arg=widget_views, timeout=60_000)
+    page.wait_for_function("() => !window.MathJax || (MathJax.Hub && MathJax.Hub.queue.pending === 0)",
+                           timeout=60_000)
+
+
+def widget_views(nb) -> int:
+    return sum("application/vnd.jupyter.widget-view+json" in o.get("data", {})
+               for c in nb.cells for o in c.get("outputs", []))
+
+
+def launch_chromium(playwright):
+    if not Path(CHROMIUM).exists():
+        raise SystemExit(f"{CHROMIUM} not found: apt-get install -y chromium (or set CHROMIUM)")
+    return playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
+def print_pdfs(pages: list[tuple[Path, int]]) -> list[Path]:
+    """Each (HTML page, number of widget views) printed to an A4 PDF next to it."""
+    from playwright.sync_api import sync_playwright
+
     written = []
-    for path in notebooks():
-        for edition in ("instructor", "student"):
+    with sync_playwright() as p:
+        browser = launch_chromium(p)
+        try:
+            for html_page, views in pages:
+                watched = OfflinePage.open(browser, html_page.as_uri())
+                wait_rendered(watched.page, views)
+                if watched.problems():
+                    raise NetworkRequested(f"{html_page}: " + "; ".join(watched.problems()))
+                target = html_page.with_suffix(".pdf")
+                watched.page.pdf(path=str(target), format="A4", print_background=True,
+                                 prefer_css_page_size=True)
+                watched.page.close()
+                written.append(target)
+        finally:
+            browser.close()
+    return written
+
+
+def pdf_pages(path: Path) -> int:
+    """Page count of a PDF that Chromium wrote (its page objects are not compressed)."""
+    return len(re.findall(rb"/Type\s*/Page\b", path.read_bytes()))
+
+
+# --- index and instructor page ---------------------------------------------------------------
+
+PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; max-width: 60em; margin: 2em auto; padding: 0 1em; line-height: 1.45; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+td, th {{ border-bottom: 1px solid #ddd; padding: .3em .8em; text-align: left; vertical-align: top; }}
+code {{ background: #f3f3f3; padding: 0 .2em; }}
+@page {{ size: A4; margin: 14mm 12mm; }}
+</style></head><body>
+{body}
+</body></html>
+"""
+MARKDOWN = mistune.create_markdown(escape=False, plugins=["table"])
+
+
+def write_page(target: Path, title: str, markdown: str) -> Path:
+    target.write_text(PAGE.format(title=title, body=MARKDOWN(markdown)), encoding="utf-8")
+    return target
+
+
+def cell_text(text: str) -> str:
+    """Markdown that stays inside one table cell."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def links(stem: str, edition: str, pdf: bool) -> str:
+    parts = [f"[HTML]({edition}/{stem}.html)"] + ([f"[PDF]({edition}/{stem}.pdf)"] if pdf else [])
+    return " · ".join(parts)
+
+
+def write_index(out: Path, slides: bool, pdf: bool = False, paths: list[Path] | None = None) -> Path:
+    head = "| # | notebook | student | instructor |" + (" slides |" if slides else "")
+    rows = [head, "|---" * (4 + slides) + "|"]
+    for path in paths or notebooks():
+        number, _, name = title_of(path).partition(" · ")
+        row = f"| {number} | {cell_text(name)} | {links(path.stem, 'student', pdf)} | " \
+              f"{links(path.stem, 'instructor', pdf)} |"
+        if slides:
+            row += f" [slides](slides/{path.stem}.slides.html) |"
+        rows.append(row)
+    text = "\n".join([
+        "# PyTorch DistributedDataParallel, hands-on: workshop handouts", "",
+        "Student editions leave out the exercise solutions; instructor editions have everything. "
+        "Every page works offline: its scripts come from `assets/` in this folder.", "",
+        "For the instructor: [objectives, run times, exercises and day plans](instructor.html).", "",
+        *rows])
+    return write_page(out / "index.html", "DDP workshop handouts", text)
+
+
+@dataclass
+class Session:
+    stem: str
+    title: str
+    minutes: int
+    run_seconds: float | None
+
+
+def teaching_minutes(nb, run_seconds: float | None) -> int:
+    """Run time + reading + exercises, rounded up to 5 minutes."""
+    minutes = (run_seconds or 0) / 60 + words(nb) / READING_WORDS_PER_MIN \
+        + MINUTES_PER_EXERCISE * len(exercises(nb))
+    return 5 * math.ceil(minutes / 5)
+
+
+def plan(sessions: list[Session], blocks: list[tuple[str, int]]) -> tuple[list[str], list[Session]]:
+    """Table rows: the notebooks in series order, each in the first teaching block it fits in whole."""
+    rows, queue = ["| block | notebook | minutes |", "|---|---|---|"], list(sessions)
+    for start, length in blocks:
+        if not start[0].isdigit():
+            rows.append(f"| {start} ({length} min) | | |")
+            continue
+        left = length
+        while queue and queue[0].minutes <= left:
+            s = queue.pop(0)
+            rows.append(f"| {start} | {cell_text(s.title)} | {s.minutes} |")
+            left -= s.minutes
+    return rows, queue
+
+
+def write_instructor_page(out: Path, paths: list[Path] | None = None) -> Path:
+    times = json.loads(TIMES.read_text()) if TIMES.exists() else {"notebooks": {}, "machine": {}}
+    machine, sessions, sections = times.get("machine", {}), [], []
+    for path in paths or notebooks():
+        nb = nbformat.read(path, as_version=4)
+        measured = times["notebooks"].get(path.name, {})
+        run = measured.get("seconds")
+        sessions.append(Session(path.stem, title_of(nb), teaching_minutes(nb, run), run))
+        run_text = (f"{run:.0f} s for {measured['cells']} cells" if run is not None else "not measured yet")
+        if measured.get("load_average_1min") is not None:
+            run_text += f" (load average {measured['load_average_1min']} at the start)"
+        sections += [f"### {title_of(nb)}", "",
+                     f"Run time under strict nbval: {run_text}. Teaching time: about "
+                     f"{sessions[-1].minutes} min. Handouts: {links(path.stem, 'student', True)} "
+                     f"(student), {links(path.stem, 'instructor', True)} (instructor), "
+                     f"[slides](slides/{path.stem}.slides.html).", "",
+                     "**Objectives**", "", *[f"- {o}" for o in objectives(nb)], "",
+                     "**Exercises**", "", *[f"{i}. {e}" for i, e in enumerate(exercises(nb), 1)], ""]
+    half, half_left = plan(sessions, HALF_DAY_BLOCKS)
+    full, full_left = plan(sessions, FULL_DAY_BLOCKS)
+
+    def rest(left):
+        return ("Left for self-study: " + ", ".join(s.title.split(" · ")[0] for s in left) + ".") if left \
+            else "Every notebook fits."
+
+    text = "\n".join([
+        "# Instructor page", "",
+        "[Back to the handouts](index.html)", "",
+        f"Run times: strict nbval of each notebook (`tools/notebook_times.py`, "
+        f"{machine.get('source', 'no measurement')}), measured on {machine.get('date', '?')} on a "
+        f"{machine.get('cpu_count', '?')}-CPU machine; refresh them with `python tools/notebook_times.py` "
+        "after a notebook changes. A load average above the CPU count means the machine was shared and "
+        "the time is longer than a learner's.", "",
+        f"Teaching time of a notebook: its run time, plus reading its text and code at "
+        f"{READING_WORDS_PER_MIN} words a minute, plus {MINUTES_PER_EXERCISE} minutes per exercise, "
+        "rounded up to 5 minutes. The plans take the notebooks in series order (each builds on the ones "
+        "before) and put each into the first block it fits in whole.", "",
+        "## Half-day plan", "", *half, "", rest(half_left), "",
+        "## Full-day plan", "", *full, "", rest(full_left), "",
+        "## The notebooks", "", *sections])
+    return write_page(out / "instructor.html", "DDP workshop: instructor page", text)
+
+
+# --- the whole build -------------------------------------------------------------------------
+
+def build(out: Path, slides: bool = False, pdf: bool = False, only: list[Path] | None = None,
+          assets: bool = True) -> list[Path]:
+    """Every edition of every notebook (or of those in ``only``), the index and the instructor page.
+
+    ``assets=False`` leaves out the browser libraries (and so the npm install): pages to read as text.
+    """
+    written, to_print, paths = [copy_assets(out)] if assets or pdf else [], [], only or notebooks()
+    for path in paths:
+        views = widget_views(nbformat.read(path, as_version=4))
+        for edition in EDITIONS:
             written.append(render(path, out, edition))
+            to_print.append((written[-1], views))
         if slides:
             written.append(render(path, out, "instructor", kind="slides"))
-    written.append(write_index(out, slides))
+    if pdf:
+        written += print_pdfs(to_print)
+    written += [write_index(out, slides, pdf, paths), write_instructor_page(out, paths)]
     return written
+
+
+def summary(out: Path) -> str:
+    lines = []
+    for folder in (*EDITIONS, "slides", "assets"):
+        files = [f for f in (out / folder).rglob("*") if f.is_file()]
+        size = sum(f.stat().st_size for f in files) / 2**20
+        pdfs = [f for f in files if f.suffix == ".pdf"]
+        pages = f", {sum(map(pdf_pages, pdfs))} PDF pages in {len(pdfs)} PDFs" if pdfs else ""
+        lines.append(f"  {folder}: {len(files)} files, {size:.1f} MiB{pages}")
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "handouts")
     parser.add_argument("--slides", action="store_true", help="also reveal.js slides per notebook")
+    parser.add_argument("--pdf", action="store_true", help="also A4 PDFs of both editions (headless Chromium)")
     args = parser.parse_args(argv)
-    written = build(args.out, args.slides)
-    print(f"wrote {len(written)} files under {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
+    written = build(args.out, args.slides, args.pdf)
+    shown = args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out
+    print(f"wrote {len(written)} files under {shown}\n{summary(args.out)}")
     return 0
 
 

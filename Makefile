@@ -80,8 +80,10 @@ execute: $(STAMP)
 	done; \
 	$(BIN)/python tools/gpu_check.py --collect $$record
 
+# Offline handouts (HTML, A4 PDFs printed by Debian's chromium, reveal.js slides, instructor page);
+# the first run installs the pinned browser libraries (package-lock.json) into build/npm with npm ci.
 handouts: $(STAMP)
-	$(BIN)/python tools/handouts.py --slides
+	$(BIN)/python tools/handouts.py --slides --pdf
 
 # SUITE=1 also times strict nbval over every notebook (slow).
 bench: $(STAMP)

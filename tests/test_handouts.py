@@ -150,9 +150,10 @@ def test_instructor_page(built):
 def test_plan_keeps_order_and_blocks():
     s = [handouts.Session(f"{i:02d}", f"{i:02d} · n", m, None) for i, m in enumerate([50, 30, 60, 80, 90])]
     rows, left = handouts.plan(s, [("09:00", 90), ("break", 15), ("10:45", 90)])
-    placed = [r.split("|")[2].strip() for r in rows[2:] if r.split("|")[2].strip()]
-    assert placed == ["00 · n", "01 · n", "02 · n"] and [x.stem for x in left] == ["03", "04"]
-    assert rows[4].startswith("| break")  # 50 + 30 fill the first block, 60 opens the second
+    assert rows[2:] == ["| 09:00 | 00 · n | 50 |", "| 09:50 | 01 · n | 30 |",  # 10 min left: no row
+                        "| | *break* | 15 |",
+                        "| 10:45 | 02 · n | 60 |", "| 11:45 | *questions, exercises, catching up* | 30 |"]
+    assert [x.stem for x in left] == ["03", "04"]  # 80 min did not fit in the 30 left: series order kept
 
 
 def test_teaching_minutes_count_run_time_reading_and_exercises():

@@ -373,18 +373,28 @@ def teaching_minutes(nb, run_seconds: float | None) -> int:
     return 5 * math.ceil(minutes / 5)
 
 
+def clock(minutes: int) -> str:
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+
 def plan(sessions: list[Session], blocks: list[tuple[str, int]]) -> tuple[list[str], list[Session]]:
-    """Table rows: the notebooks in series order, each in the first teaching block it fits in whole."""
-    rows, queue = ["| block | notebook | minutes |", "|---|---|---|"], list(sessions)
+    """Table rows: the notebooks in series order, each in the first teaching block it fits in whole.
+
+    A block is (start "HH:MM", minutes) or (name of a pause, minutes); each row starts at its clock time.
+    """
+    rows, queue = ["| time | notebook | minutes |", "|---|---|---|"], list(sessions)
     for start, length in blocks:
         if not start[0].isdigit():
-            rows.append(f"| {start} ({length} min) | | |")
+            rows.append(f"| | *{start}* | {length} |")
             continue
-        left = length
+        hours, minutes = map(int, start.split(":"))
+        now, left = 60 * hours + minutes, length
         while queue and queue[0].minutes <= left:
             s = queue.pop(0)
-            rows.append(f"| {start} | {cell_text(s.title)} | {s.minutes} |")
-            left -= s.minutes
+            rows.append(f"| {clock(now)} | {cell_text(s.title)} | {s.minutes} |")
+            now, left = now + s.minutes, left - s.minutes
+        if left >= 15:
+            rows.append(f"| {clock(now)} | *questions, exercises, catching up* | {left} |")
     return rows, queue
 
 
@@ -416,11 +426,11 @@ def write_instructor_page(out: Path, paths: list[Path] | None = None) -> Path:
     text = "\n".join([
         "# Instructor page", "",
         "[Back to the handouts](index.html)", "",
-        f"Run times: strict nbval of each notebook (`tools/notebook_times.py`, "
-        f"{machine.get('source', 'no measurement')}), measured on {machine.get('date', '?')} on a "
-        f"{machine.get('cpu_count', '?')}-CPU machine; refresh them with `python tools/notebook_times.py` "
-        "after a notebook changes. A load average above the CPU count means the machine was shared and "
-        "the time is longer than a learner's.", "",
+        f"Run times: strict nbval of each notebook, from {machine.get('source', 'no measurement')}, "
+        f"measured on {machine.get('date', '?')} on a {machine.get('cpu_count', '?')}-CPU machine "
+        "(`tools/notebook_times.json`); refresh them with `python tools/notebook_times.py` on an idle "
+        "machine after a notebook changes. A load average above the CPU count means the machine was "
+        "shared and the time is longer than a learner's.", "",
         f"Teaching time of a notebook: its run time, plus reading its text and code at "
         f"{READING_WORDS_PER_MIN} words a minute, plus {MINUTES_PER_EXERCISE} minutes per exercise, "
         "rounded up to 5 minutes. The plans take the notebooks in series order (each builds on the ones "

@@ -74,6 +74,12 @@ def load() -> dict:
     return json.loads(TIMES.read_text()) if TIMES.exists() else {"notebooks": {}}
 
 
+def save(data: dict, measured: dict, source: str) -> None:
+    data["notebooks"] = dict(sorted({**data["notebooks"], **measured}.items()))
+    data["machine"] = {**machine(), "source": source}
+    TIMES.write_text(json.dumps(data, indent=1) + "\n")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("notebooks", nargs="*", type=Path)
@@ -83,17 +89,14 @@ def main(argv=None) -> int:
     data = load()
     if args.junit:
         measured = from_junit(args.junit)
+        save(data, measured, f"junit report {args.junit.name}")
     else:
         paths = [p.resolve() for p in args.notebooks] or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
         measured = {}
         for path in paths:  # one at a time: the times are those of a learner's 2-core machine
             measured.update(run_one(path, args.timeout))
+            save(data, measured, "tools/notebook_times.py (one notebook at a time)")  # kept if stopped
             print(path.name, measured.get(path.name), flush=True)
-    data["notebooks"].update(measured)
-    data["notebooks"] = dict(sorted(data["notebooks"].items()))
-    data["machine"] = {**machine(), "source": f"junit report {args.junit.name}" if args.junit
-                       else "tools/notebook_times.py (one notebook at a time)"}
-    TIMES.write_text(json.dumps(data, indent=1) + "\n")
     print(f"wrote {TIMES.relative_to(ROOT)} ({len(measured)} notebooks measured)")
     return 0 if measured else 1
 

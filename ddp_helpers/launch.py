@@ -38,6 +38,19 @@ _ROOT_CAUSE_RE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+)", re.S)
 _FAILURE_RE = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 _TRACEBACK_TAIL_LINES = 15
 _KILL_GRACE_S = 5.0
+
+# torch's own switch against pytorch/pytorch#135712, set when restarts are requested.
+# By default torchrun's c10d rendezvous shares the agent's TCPStore with the workers
+# (torch/distributed/elastic/rendezvous/dynamic_rendezvous.py,
+# DynamicRendezvousHandler.use_agent_store, which LocalElasticAgent._start_workers in
+# torch/distributed/elastic/agent/server/local_elastic_agent.py passes on as
+# TORCHELASTIC_USE_AGENT_STORE). That store outlives a restart, so the next attempt
+# reads the dead attempt's keys (gloo addresses: "connectFullMesh failed ... Connection
+# refused", or a hang). With the switch at "1", DynamicRendezvousHandler.next_rendezvous
+# returns RendezvousStoreInfo.build(...) (torch/distributed/elastic/rendezvous/api.py),
+# a new free port for every round, and torch/distributed/rendezvous.py,
+# _create_c10d_store, lets rank 0 of each attempt host a fresh store.
+SHARE_STORE_SWITCH = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 _PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent) + os.sep  # shows ddp_helpers/...
 
 
@@ -93,8 +106,8 @@ def _script_part(script, script_args) -> list[str]:
     return ["--", str(script), *script_args] if script_args else [str(script)]
 
 
-def _shell_command(script, nproc, nnodes, torchrun_args, script_args) -> str:
-    parts = ["torchrun"]
+def _shell_command(script, nproc, nnodes, torchrun_args, script_args, shown_env=None) -> str:
+    parts = [f"{k}={v}" for k, v in (shown_env or {}).items()] + ["torchrun"]
     if nnodes == 1:
         parts.append("--standalone")
     else:
@@ -104,36 +117,90 @@ def _shell_command(script, nproc, nnodes, torchrun_args, script_args) -> str:
     return " ".join(p if "<" in p else shlex.quote(p) for p in parts)  # <...>: placeholders
 
 
-def _validate(script, nproc, nnodes, timeout, script_args, torchrun_args, env):
+_ARG_TYPES = (str, int, float, os.PathLike)
+
+
+def _check_arg_list(name, seq) -> list[str]:
+    """The list as strings, after checking every item is a str, number or path."""
+    example = "['--epochs', '3']" if name == "args" else "['--max-restarts=1']"
+    if isinstance(seq, (str, bytes)) or not isinstance(seq, (list, tuple)):
+        raise TypeError(f"{name} must be a list of strings, e.g. {example}, got {seq!r}")
+    bad = [a for a in seq if not isinstance(a, _ARG_TYPES) or isinstance(a, bool)]
+    if bad:
+        raise TypeError(f"{name} must be a list of strings (numbers and paths are converted), "
+                        f"e.g. {example}; {bad[0]!r} is a {type(bad[0]).__name__}")
+    return [os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in seq]
+
+
+def _check_torchrun_flags(flags: list[str]):
+    """Parse the flags with torchrun's own parser: a rejected flag fails here, before
+    anything starts, with torchrun's message. Returns the parsed namespace."""
+    from torch.distributed.run import get_args_parser
+
+    for flag in flags:
+        if flag.split("=")[0] in ("--nproc-per-node", "--nproc_per_node", "--nnodes",
+                                  "--standalone", "--node-rank", "--node_rank"):
+            raise ValueError(f"pass {flag!r} through the nproc/nnodes parameters, not torchrun_args")
+    parser = get_args_parser()
+
+    def rejected(message):
+        raise ValueError(f"torchrun rejected torchrun_args={flags!r}: {message}. "
+                         "See `torchrun --help` for its flags.")
+
+    parser.error = rejected  # argparse reports every bad flag through error()
+    return parser.parse_args([*flags, "worker.py"])
+
+
+def _validate(script, nproc, nnodes, timeout, args, torchrun_args, env, live):
+    """Check every argument before anything is printed or started.
+
+    Returns (script path, worker args, torchrun flags, parsed torchrun flags, live mode).
+    """
+    if not isinstance(script, (str, os.PathLike)):
+        raise TypeError(f"script must be the path of a worker script (str or Path), got {script!r}")
     if not isinstance(nproc, int) or isinstance(nproc, bool) or nproc < 1:
         raise ValueError(f"nproc must be an int >= 1 (processes per node), got {nproc!r}")
     if not isinstance(nnodes, int) or isinstance(nnodes, bool) or nnodes < 1:
         raise ValueError(f"nnodes must be an int >= 1 (simulated nodes), got {nnodes!r}")
-    if not (isinstance(timeout, (int, float)) and timeout > 0):
+    if not (isinstance(timeout, (int, float)) and not isinstance(timeout, bool) and timeout > 0):
         raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
     path = Path(script)
+    if path.is_dir():
+        raise IsADirectoryError(f"worker script {str(script)!r} is a directory: give the path "
+                                "of the .py file to run")
     if not path.is_file():
         raise FileNotFoundError(
             f"worker script {str(script)!r} not found (cwd: {Path.cwd().name}/). "
             "Run the %%writefile cell that creates it first."
         )
-    for name, seq in (("args", script_args), ("torchrun_args", torchrun_args)):
-        if isinstance(seq, str) or not all(isinstance(a, (str, int, float)) for a in seq):
-            raise TypeError(f"{name} must be a list of strings, e.g. ['--epochs', '3'], got {seq!r}")
-    for flag in torchrun_args:
-        if str(flag).split("=")[0] in ("--nproc-per-node", "--nproc_per_node", "--nnodes",
-                                       "--standalone", "--node-rank", "--node_rank"):
-            raise ValueError(f"pass {flag!r} through the nproc/nnodes parameters, not torchrun_args")
-    if env is not None and not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-        raise TypeError("env must map str to str, e.g. {'EPOCHS': '3'}")
-    return path
+    script_args = _check_arg_list("args", args)
+    flags = _check_arg_list("torchrun_args", torchrun_args)
+    parsed = _check_torchrun_flags(flags)
+    if env is not None and (not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
+        raise TypeError(f"env must be a dict of str to str, e.g. {{'EPOCHS': '3'}}, got {env!r}")
+    return path, script_args, flags, parsed, _live_mode(live)
 
 
-def _live_sink(live):
-    """Return (write(line), finish()) for the live stream."""
-    mode = os.environ.get("DDP_HELPERS_LIVE", "auto") if live == "auto" else live
+_LIVE_MODES = ("auto", "widget", "stdout", "quiet")
+
+
+def _live_mode(live) -> str:
+    """The live mode that ``live`` (and DDP_HELPERS_LIVE for "auto") selects."""
+    if live not in _LIVE_MODES:
+        raise ValueError(f"live must be 'auto', 'widget', 'stdout' or 'quiet', got {live!r}")
+    if live != "auto":
+        return live
+    mode = os.environ.get("DDP_HELPERS_LIVE", "auto")
+    if mode not in _LIVE_MODES:
+        raise ValueError(f"DDP_HELPERS_LIVE must be 'auto', 'widget', 'stdout' or 'quiet', got {mode!r}")
     if mode == "auto":
         mode = "widget" if _in_kernel() else "stdout"
+    return mode
+
+
+def _live_sink(mode: str):
+    """Return write(line) for the live stream of a mode from _live_mode."""
     if mode == "widget":
         try:
             import ipywidgets
@@ -147,9 +214,7 @@ def _live_sink(live):
             return out.append_stdout
     if mode == "stdout":
         return lambda line: print(line, end="", flush=True)
-    if mode == "quiet":
-        return lambda line: None
-    raise ValueError(f"live must be 'auto', 'widget', 'stdout' or 'quiet', got {live!r}")
+    return lambda line: None  # quiet
 
 
 def _in_kernel() -> bool:
@@ -226,7 +291,13 @@ def torchrun(
 
     args           arguments for the worker script
     env            extra environment variables for every rank
-    torchrun_args  extra torchrun flags, e.g. ["--max-restarts=1"]
+    torchrun_args  extra torchrun flags, e.g. ["--max-restarts=1"]; checked with
+                   torchrun's own parser before anything starts. With restarts
+                   (--max-restarts > 0) the launch adds
+                   TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 (a fresh rendezvous store per
+                   attempt, pytorch/pytorch#135712) and shows it in the printed
+                   command, unless env (or this process's environment) sets it;
+                   env={"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"} shows the bug.
     nnodes         simulated nodes on this machine (one torchrun agent each,
                    joined through a c10d rendezvous on 127.0.0.1)
     timeout        seconds before every process is terminated (LaunchTimeout)
@@ -236,14 +307,17 @@ def torchrun(
 
     Returns a LaunchResult; raises WorkerFailed naming the failing rank.
     """
-    script_args = [str(a) for a in args] if not isinstance(args, str) else args
-    torchrun_args = [str(a) for a in torchrun_args] if not isinstance(torchrun_args, str) else torchrun_args
-    path = _validate(script, nproc, nnodes, timeout, script_args, torchrun_args, env)
-    shown = _shell_command(script, nproc, nnodes, torchrun_args, script_args)
+    path, script_args, torchrun_args, parsed, live_mode = _validate(
+        script, nproc, nnodes, timeout, args, torchrun_args, env, live)
+    env = dict(env or {})
+    if parsed.max_restarts > 0 and SHARE_STORE_SWITCH not in env and SHARE_STORE_SWITCH not in os.environ:
+        env[SHARE_STORE_SWITCH] = "1"  # a fresh store per attempt, see SHARE_STORE_SWITCH
+    shown_env = {SHARE_STORE_SWITCH: env[SHARE_STORE_SWITCH]} if SHARE_STORE_SWITCH in env else {}
+    shown = _shell_command(script, nproc, nnodes, torchrun_args, script_args, shown_env)
     print(f"$ {shown}", flush=True)
 
     failures_dir = tempfile.TemporaryDirectory(prefix="ddp_failures_")
-    child_env = {**os.environ, **(env or {})}
+    child_env = {**os.environ, **env}
     child_env[FAILURES_ENV] = failures_dir.name
     child_env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = _PREFIX_TEMPLATE
     child_env.setdefault("PYTHONUNBUFFERED", "1")
@@ -264,7 +338,7 @@ def torchrun(
                             f"--rdzv-id=nb{os.getpid()}"] for i in range(nnodes)]
     commands = [c + list(torchrun_args) + _script_part(path, script_args) for c in commands]
 
-    write_live = _live_sink(live)
+    write_live = _live_sink(live_mode)
     q: queue.Queue = queue.Queue()
     procs = []
     result = LaunchResult(command=shown)
@@ -340,6 +414,10 @@ def _failure(result, agent_log, shown, codes, failures_dir):
     rank, record = _first_failure(agent_log, failures_dir)
     if rank is None:  # no report (agent killed, bad flag): fall back to what we know
         lines = agent_log.strip().splitlines()
+        usage_error = next((line for line in lines if re.match(r"^\S+: error: ", line)), None)
+        if usage_error and not result.stdout and not result.stderr:  # argparse: no rank ran
+            return LaunchError(f"torchrun rejected its arguments, so no rank ran: {usage_error}\n"
+                               f"--- command ---\n{shown}")
         return WorkerFailed(None, max(codes, key=abs),
                             "\n".join(lines[-_TRACEBACK_TAIL_LINES:]), shown)
     if record.get("traceback"):

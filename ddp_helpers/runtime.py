@@ -13,8 +13,8 @@ and the CPU otherwise. ``DDP_BACKEND=gloo`` forces the CPU path on a GPU box.
 
 from __future__ import annotations
 
-import atexit
 import datetime
+import gc
 import json
 import logging
 import os
@@ -69,67 +69,119 @@ def choose_backend(local_world_size: int) -> tuple[str, str]:
     return "gloo", "cpu"
 
 
+def resolve_timeout(timeout_s: float | None = None) -> datetime.timedelta:
+    """The process-group timeout: ``timeout_s`` if given, else the environment variable
+    ``DDP_TIMEOUT_S``, else DEFAULT_TIMEOUT_S (60 s)."""
+    if timeout_s is None:
+        raw = os.environ.get("DDP_TIMEOUT_S", "")
+        try:
+            timeout_s = float(raw) if raw.strip() else DEFAULT_TIMEOUT_S
+        except ValueError:
+            raise ValueError(f"DDP_TIMEOUT_S must be a number of seconds, got {raw!r}") from None
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
+        raise ValueError(f"the timeout must be a positive number of seconds, got {timeout_s!r}")
+    return datetime.timedelta(seconds=float(timeout_s))
+
+
 def setup(timeout_s: float | None = None) -> DistContext:
-    """Initialise the default process group from torchrun's environment."""
+    """Initialise the default process group from torchrun's environment.
+
+    ``timeout_s``: how long a collective may wait for the other ranks before it
+    fails. An explicit value wins; ``None`` reads ``DDP_TIMEOUT_S`` (so a launch can
+    shorten it: ``torchrun(..., env={"DDP_TIMEOUT_S": "3"})``), else 60 s.
+    """
     rank, world = _env_int("RANK"), _env_int("WORLD_SIZE")
     local_rank = _env_int("LOCAL_RANK")
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    timeout = resolve_timeout(timeout_s)
     backend, device_type = choose_backend(local_world)
     if device_type == "cuda":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
     else:
         device = torch.device("cpu")
-    timeout = datetime.timedelta(seconds=float(os.environ.get("DDP_TIMEOUT_S", timeout_s or DEFAULT_TIMEOUT_S)))
     init_kwargs = {"device_id": device} if device_type == "cuda" else {}
-    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout,
-                            store=_attempt_store(world, timeout), **init_kwargs)
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout, **init_kwargs)
     return DistContext(rank, local_rank, world, local_world, backend, device)
 
 
-def _attempt_store(world_size: int, timeout: datetime.timedelta):
-    """A store namespaced by torchrun's restart count, or None for the default env:// store.
+# ProcessGroupGloo's worker threads carry this name (ProcessGroupGloo::runLoop).
+_GLOO_WORKER_THREAD = "pt_gloo_runloop"
 
-    Under torchrun every attempt reuses the agent's TCPStore, so after a restart
-    (--max-restarts) ranks can read the previous attempt's gloo addresses and fail
-    with "connectFullMesh ... Connection refused". A per-attempt prefix avoids it.
+
+def _busy_gloo_workers() -> int | None:
+    """How many gloo worker threads of this process are not parked (None: cannot tell).
+
+    A parked worker sleeps on its queue ('S' in /proc). One that is releasing a
+    finished collective is running, or runnable, or waiting for the GIL; this is
+    only called while the main thread sleeps without the GIL, so such a waiter gets
+    it at once and shows as running.
     """
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:
         return None
-    client = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
-                           is_master=False, timeout=timeout)
-    return dist.PrefixStore(f"/worker/attempt_{os.environ.get('TORCHELASTIC_RESTART_COUNT', '0')}", client)
+    busy = 0
+    for tid in tasks:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() != _GLOO_WORKER_THREAD:
+                    continue
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue  # the thread has ended
+        busy += state != "S"
+    return busy
 
 
-_uncaught_error = False
+def wait_for_gloo_workers(timeout_s: float = 5.0, settle: int = 3) -> bool:
+    """Return once every gloo worker thread is parked (``settle`` checks in a row, 1 ms
+    apart, the GIL released), or after ``timeout_s``; True if they all were.
 
-
-def _exit_skipping_finalizers() -> None:
-    """At interpreter exit, end the process without Python's finalization.
-
-    A DDP model leaves gloo threads that may still be releasing the last
-    collective's tensors while Python tears down its modules; the process then
-    aborts ("terminate called without an active exception", exit code -6) after
-    all its work succeeded. Everything is flushed here, so skipping that
-    finalization loses nothing a worker script writes with ``with open(...)``.
+    Why: a gloo worker thread drops its references to a finished collective's
+    tensors after the caller's ``wait()`` has returned, and for a tensor Python
+    created that takes the GIL (c10's PyObject preservation: TensorImpl::decref_pyobject
+    -> pybind11::gil_scoped_acquire). If the interpreter is finalizing by then, CPython
+    ends that thread with pthread_exit, whose unwinding through the noexcept release
+    calls std::terminate: "terminate called without an active exception", exit code -6,
+    after the rank finished its work (seen with gdb: thread pt_gloo_runloop in
+    ~AsyncAllreduceWork -> take_gil -> PyThread_exit_thread). ``destroy_process_group``
+    joins those threads only when nothing else holds the group; a DDP model (its
+    Reducer) or an FSDP2 model (its mesh) keeps it alive until interpreter exit.
+    Outside Linux the state cannot be read and this sleeps 50 ms instead.
     """
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(1 if _uncaught_error else 0)
-
-
-def _note_uncaught(hook):
-    def wrapped(*args):
-        global _uncaught_error
-        _uncaught_error = True
-        hook(*args)
-    return wrapped
+    if _busy_gloo_workers() is None:
+        time.sleep(0.05)
+        return False
+    deadline = time.monotonic() + timeout_s
+    quiet = 0
+    while quiet < settle:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)  # releases the GIL
+        quiet = quiet + 1 if _busy_gloo_workers() == 0 else 0
+    return True
 
 
 def teardown() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    """Close the default process group so that the interpreter can exit normally.
+
+    1. a barrier: every rank's collectives are complete, none is still running on
+       a gloo worker thread (a barrier waits for all earlier work of the group);
+    2. ``destroy_process_group()``, then ``gc.collect()``: a group nothing else holds
+       is freed here, which joins its worker threads;
+    3. wait until the gloo worker threads that live on (held by a DDP or FSDP model)
+       have released the last collective's tensors (``wait_for_gloo_workers``).
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    backend = dist.get_backend()
+    dist.barrier()
+    dist.destroy_process_group()
+    gc.collect()
+    if backend == "gloo":
+        wait_for_gloo_workers()
 
 
 FAILURES_ENV = "DDP_HELPERS_FAILURES"
@@ -157,18 +209,18 @@ def record_failure(formatted: str) -> None:
 
 @contextmanager
 def distributed(timeout_s: float | None = None):
-    """setup() on entry, destroy_process_group() on a clean exit.
+    """setup() on entry, teardown() on a clean exit.
+
+    ``timeout_s`` as in setup(): an explicit value wins over ``DDP_TIMEOUT_S``.
 
     On an error the rank records it, prints its traceback and exits at once
-    with code 1 (fail fast): its peers then fail inside their next collective
-    and torchrun stops the group, instead of this rank lingering in teardown
-    until torchrun kills it and reports a signal instead of the real error.
+    with code 1 (a ``SystemExit`` keeps its code): fail fast, its peers then fail
+    inside their next collective and torchrun stops the group, instead of this rank
+    lingering in teardown until torchrun kills it and reports a signal instead of
+    the real error. After a clean exit the interpreter ends normally: atexit
+    handlers run, and ``sys.exit(3)`` or an error after the block is the exit status.
     """
     ctx = setup(timeout_s)
-    if not getattr(sys.excepthook, "_ddp_helpers", False):
-        sys.excepthook = _note_uncaught(sys.excepthook)
-        sys.excepthook._ddp_helpers = True
-        atexit.register(_exit_skipping_finalizers)  # registered last, so it runs first
     try:
         yield ctx
     except SystemExit as exc:
@@ -189,9 +241,10 @@ def _exit_now(exc: BaseException, code: int) -> None:
     formatted = "".join(traceback.format_exception(type(exc), exc, tb))
     record_failure(formatted)
     sys.stderr.write(formatted)
+    logging.shutdown()
     sys.stderr.flush()
     sys.stdout.flush()
-    os._exit(code)
+    os._exit(code)  # no teardown: its barrier would wait for peers that may never come
 
 
 def print0(*args, **kwargs) -> None:

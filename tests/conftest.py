@@ -26,3 +26,8 @@ def ranks_json(tmp_path):
         return [json.loads(result.stdout[rank][-1]) for rank in range(nproc)]
 
     return run
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "restarts: repeated torchrun restart launches (about 2 minutes); run by `make unit`")

@@ -177,19 +177,46 @@ def test_extra_env_reaches_every_rank(tmp_path):
     ({"nnodes": 0}, ValueError, "nnodes must be an int >= 1"),
     ({"timeout": 0}, ValueError, "timeout must be a positive"),
     ({"args": "--epochs 3"}, TypeError, "args must be a list of strings"),
+    ({"args": 5}, TypeError, "args must be a list of strings"),
+    ({"args": [None]}, TypeError, "None is a NoneType"),
+    ({"args": [{"a": 1}]}, TypeError, "is a dict"),
+    ({"args": [b"x"]}, TypeError, "is a bytes"),
     ({"torchrun_args": ["--nproc-per-node=4"]}, ValueError, "through the nproc/nnodes parameters"),
-    ({"env": {"EPOCHS": 3}}, TypeError, "env must map str to str"),
+    ({"torchrun_args": ["--no-such-flag"]}, ValueError,
+     "torchrun rejected torchrun_args=.*unrecognized arguments: --no-such-flag"),
+    ({"torchrun_args": ["--max-restarts=two"]}, ValueError, "torchrun rejected .*invalid int value"),
+    ({"env": {"EPOCHS": 3}}, TypeError, "env must be a dict of str to str"),
+    ({"env": 5}, TypeError, "env must be a dict of str to str"),
     ({"live": "loud"}, ValueError, "live must be"),
+    ({"live": "bogus"}, ValueError, "live must be"),
+    ({"script": None}, TypeError, "script must be the path of a worker script"),
 ])
-def test_bad_arguments_get_clear_errors(tmp_path, kwargs, error, words):
+def test_bad_arguments_get_clear_errors_before_anything_starts(tmp_path, monkeypatch, capsys,
+                                                               kwargs, error, words):
+    import subprocess as sp
+
+    def no_process(*args, **kw):
+        raise AssertionError("a process was started")
+
+    monkeypatch.setattr(sp, "Popen", no_process)
     script = write(tmp_path, "unused", "print('never runs')\n")
     with pytest.raises(error, match=words):
-        torchrun(script, **{"live": "quiet", **kwargs})
+        torchrun(**{"script": script, "live": "quiet", **kwargs})
+    assert capsys.readouterr().out == ""  # not even the command is printed
+
+
+def test_bad_live_mode_in_the_environment(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DDP_HELPERS_LIVE", "loud")
+    with pytest.raises(ValueError, match="DDP_HELPERS_LIVE must be"):
+        torchrun(write(tmp_path, "unused", "print('never runs')\n"))
+    assert capsys.readouterr().out == ""
 
 
 def test_missing_script_says_what_to_do(tmp_path):
     with pytest.raises(FileNotFoundError, match="Run the %%writefile cell"):
         torchrun(tmp_path / "nope.py", live="quiet")
+    with pytest.raises(IsADirectoryError, match="is a directory"):
+        torchrun(tmp_path, live="quiet")
 
 
 def test_worker_options_are_not_taken_by_torchrun(tmp_path):
@@ -212,3 +239,76 @@ def test_error_after_the_group_is_closed_still_fails_the_rank(tmp_path):
         torchrun(script, nproc=2, live="quiet")
     assert info.value.rank == 0 and info.value.exitcode == 1
     assert info.value.traceback_tail.splitlines()[-1] == "ValueError: after teardown"
+
+
+def test_torchrun_rejecting_its_flags_is_not_blamed_on_a_rank(tmp_path, monkeypatch):
+    from ddp_helpers import launch
+
+    real = launch._check_torchrun_flags
+    monkeypatch.setattr(launch, "_check_torchrun_flags", lambda flags: real([]))  # let it through
+    with pytest.raises(launch.LaunchError, match="torchrun rejected its arguments, so no rank ran: "
+                                                 ".*unrecognized arguments: --no-such-flag") as info:
+        torchrun(write(tmp_path, "unused2", "print('never runs')\n"), torchrun_args=["--no-such-flag"],
+                 live="quiet")
+    assert not isinstance(info.value, WorkerFailed)
+
+
+EXIT_STATUS = """
+    import atexit, os, sys
+    from ddp_helpers.runtime import distributed
+    atexit.register(lambda: print("atexit handler ran", flush=True))  # registered before the helper's
+    with distributed() as ctx:
+        rank = ctx.rank
+    if rank == 1:
+        {ending}
+    print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("ending, code, last_line", [
+    ("sys.exit(3)", 3, None),
+    ('raise SystemExit("fatal: disk full")', 1, "fatal: disk full"),
+])
+def test_exit_status_after_the_block_is_kept(tmp_path, ending, code, last_line):
+    script = write(tmp_path, f"exit{code}", EXIT_STATUS.replace("{ending}", ending))
+    with pytest.raises(WorkerFailed) as info:
+        torchrun(script, nproc=2, live="quiet")
+    assert info.value.rank == 1 and info.value.exitcode == code
+    if last_line:
+        assert info.value.traceback_tail.splitlines()[-1] == last_line
+
+
+def test_clean_exit_runs_every_atexit_handler(tmp_path):
+    script = write(tmp_path, "exit0", EXIT_STATUS.replace("{ending}", "pass"))
+    result = torchrun(script, nproc=2, live="quiet", summary=False)
+    assert result.stdout == {0: ["done", "atexit handler ran"], 1: ["done", "atexit handler ran"]}
+
+
+SWITCH_ENV = """
+    import os
+    print(os.environ.get("TORCH_DISABLE_SHARE_RDZV_TCP_STORE"), os.environ["TORCHELASTIC_USE_AGENT_STORE"])
+"""
+
+
+@pytest.mark.parametrize("torchrun_args, env, shown, seen", [
+    (["--max-restarts=1"], None, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun ", "1 False"),
+    (["--max-restarts", "2"], {"TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "0"},
+     "TORCH_DISABLE_SHARE_RDZV_TCP_STORE=0 torchrun ", "0 True"),
+    ([], None, "torchrun ", "None True"),  # no restarts: torch's default, nothing added
+])
+def test_restarts_get_a_fresh_store_per_attempt_visibly(tmp_path, monkeypatch, torchrun_args, env, shown, seen):
+    monkeypatch.delenv("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", raising=False)
+    result = torchrun(write(tmp_path, "switch", SWITCH_ENV), nproc=1, torchrun_args=torchrun_args, env=env,
+                      live="quiet", summary=False)
+    assert result.command.startswith(shown)
+    assert result.stdout == {0: [seen]}
+
+
+@pytest.mark.restarts
+def test_plain_worker_restarted_after_sigkill_succeeds_ten_times():
+    """A learner's plain init_process_group("gloo") script, rank 1 SIGKILLed on the first
+    attempt, restarted by --max-restarts=1 (the launcher adds torch's store switch)."""
+    from ddp_helpers.restart_demo import run_restarts
+
+    counts = run_restarts(10, share_store=False, timeout=120)
+    assert counts == {"succeeded": 10, "failed": 0, "hung": 0, "errors": []}

@@ -45,3 +45,44 @@ def test_setup_outside_torchrun_says_how_to_launch(monkeypatch):
 def test_print0_outside_a_group_prints(capsys):
     runtime.print0("hello", 1)
     assert capsys.readouterr().out == "hello 1\n"
+
+
+@pytest.fixture
+def fake_init(monkeypatch):
+    """setup() as rank 0 of 1, with init_process_group recorded instead of run."""
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "1"), ("LOCAL_RANK", "0")):
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    calls = []
+    monkeypatch.setattr(runtime.dist, "init_process_group", lambda *a, **kw: calls.append(kw))
+    return calls
+
+
+def test_explicit_timeout_wins_over_the_environment(monkeypatch, fake_init):
+    monkeypatch.setenv("DDP_TIMEOUT_S", "3")
+    runtime.setup(timeout_s=10)
+    runtime.setup()
+    monkeypatch.delenv("DDP_TIMEOUT_S")
+    runtime.setup()
+    assert [kw["timeout"].total_seconds() for kw in fake_init] == [10, 3, runtime.DEFAULT_TIMEOUT_S]
+    assert all("store" not in kw for kw in fake_init)  # torch's env:// store, no private one
+
+
+@pytest.mark.parametrize("env, arg, words", [
+    ("soon", None, "DDP_TIMEOUT_S must be a number"),
+    ("-1", None, "positive number of seconds"),
+    (None, 0, "positive number of seconds"),
+    (None, "5", "positive number of seconds"),
+])
+def test_bad_timeouts_are_refused(monkeypatch, env, arg, words):
+    if env is None:
+        monkeypatch.delenv("DDP_TIMEOUT_S", raising=False)
+    else:
+        monkeypatch.setenv("DDP_TIMEOUT_S", env)
+    with pytest.raises(ValueError, match=words):
+        runtime.resolve_timeout(arg)
+
+
+def test_no_gloo_workers_means_nothing_to_wait_for():
+    assert runtime._busy_gloo_workers() == 0  # this test process has no process group
+    assert runtime.wait_for_gloo_workers(timeout_s=1.0) is True

@@ -167,11 +167,12 @@ _COLLECTIVES = {  # c10d and functional-collective op names -> one name per coll
     "reduce_scatter": "reduce_scatter", "reduce_scatter_base": "reduce_scatter",
     "reduce_scatter_tensor": "reduce_scatter", "broadcast": "broadcast",
     "alltoall_base": "all_to_all", "all_to_all_single": "all_to_all",
+    "shard_dim_alltoall": "all_to_all",  # DTensor's Shard(i) -> Shard(j) on GPUs
 }
 
 
 def _collective_name(func) -> str | None:
-    if _namespace(func) not in ("c10d", "_c10d_functional"):
+    if _namespace(func) not in ("c10d", "_c10d_functional", "_dtensor"):
         return None
     return _COLLECTIVES.get(func.__name__.split(".")[0].strip("_"))
 
@@ -181,10 +182,12 @@ class CommCounter(TorchDispatchMode):
 
     Payload = the bytes of the full result of one collective: the tensor for an
     all-reduce, the gathered tensor for an all-gather, the input for a reduce-scatter.
-    ``counts`` and ``payload`` are keyed by "all_reduce", "all_gather", "reduce_scatter"
-    (other collectives keep their own names). Sees ``torch.distributed`` calls and
-    DTensor's functional collectives; DDP's built-in all-reduce runs in C++ and is not
-    seen unless a Python communication hook starts it.
+    (an all-to-all counts its input). ``counts`` and ``payload`` are keyed by
+    "all_reduce", "all_gather", "reduce_scatter", "broadcast" and "all_to_all"; other
+    operations are not counted. Sees ``torch.distributed`` calls and DTensor's
+    collectives; DDP's built-in all-reduce runs in C++ and is not seen unless a Python
+    communication hook starts it. Collectives that one counted operation runs inside
+    itself are not counted again.
     """
 
     def __init__(self) -> None:

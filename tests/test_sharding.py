@@ -81,6 +81,14 @@ def test_comm_counter_sees_c10d_functional_and_autograd_collectives(single_rank_
     assert comm.sent_per_rank(1) == 0.0
 
 
+def test_comm_counter_names_dtensor_all_to_all():
+    from ddp_helpers.sharding import _collective_name
+
+    assert _collective_name(torch.ops._dtensor.shard_dim_alltoall) == "all_to_all"
+    assert _collective_name(torch.ops.c10d.allreduce_) == "all_reduce"
+    assert _collective_name(torch.ops.aten.add) is None
+
+
 SHARDED_ADAM_WORKER = textwrap.dedent("""
     import json
     import torch

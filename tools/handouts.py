@@ -407,6 +407,8 @@ def write_instructor_page(out: Path, paths: list[Path] | None = None) -> Path:
         run = measured.get("seconds")
         sessions.append(Session(path.stem, title_of(nb), teaching_minutes(nb, run), run))
         run_text = (f"{run:.0f} s for {measured['cells']} cells" if run is not None else "not measured yet")
+        if measured.get("passed") is False:
+            run_text += ", not every cell passed (a stale stored output or a timeout)"
         if measured.get("load_average_1min") is not None:
             run_text += f" (load average {measured['load_average_1min']} at the start)"
         sections += [f"### {title_of(nb)}", "",

@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 import handouts  # noqa: E402
 
 SHOTS = ROOT / "build" / "browser"
-CHOSEN = ["00_orientation", "02_samplers", "08_capstone_digits"]  # plain, widgets, figures
+CHOSEN = ["01_collectives_and_ring_allreduce", "02_samplers", "08_capstone_digits"]  # icon fonts, widgets, figures
 A4_POINTS = (595.28, 841.89)
 
 

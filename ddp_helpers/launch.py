@@ -111,7 +111,7 @@ def _shell_command(script, nproc, nnodes, torchrun_args, script_args, shown_env=
     if nnodes == 1:
         parts.append("--standalone")
     else:
-        parts += [f"--nnodes={nnodes}", "--node-rank=<NODE>", "--rdzv-backend=c10d",
+        parts += [f"--nnodes={nnodes}", "--rdzv-backend=c10d",
                   "--rdzv-endpoint=127.0.0.1:<PORT>"]
     parts += [f"--nproc-per-node={nproc}", *torchrun_args, *_script_part(script, script_args)]
     return " ".join(p if "<" in p else shlex.quote(p) for p in parts)  # <...>: placeholders
@@ -310,6 +310,7 @@ def torchrun(
     path, script_args, torchrun_args, parsed, live_mode = _validate(
         script, nproc, nnodes, timeout, args, torchrun_args, env, live)
     env = dict(env or {})
+    caller_env = dict(env)  # what the caller asked for, for the launch record
     if parsed.max_restarts > 0 and SHARE_STORE_SWITCH not in env and SHARE_STORE_SWITCH not in os.environ:
         env[SHARE_STORE_SWITCH] = "1"  # a fresh store per attempt, see SHARE_STORE_SWITCH
     shown_env = {SHARE_STORE_SWITCH: env[SHARE_STORE_SWITCH]} if SHARE_STORE_SWITCH in env else {}
@@ -333,9 +334,11 @@ def torchrun(
         commands = [base + ["--standalone"]]
     else:
         endpoint = f"127.0.0.1:{free_port()}"
-        commands = [base + [f"--nnodes={nnodes}", f"--node-rank={i}", "--rdzv-backend=c10d",
+        # No --node-rank: the c10d rendezvous numbers the agents itself and torchrun ignores
+        # the flag for it (torch/distributed/run.py, config_from_args: only "static" reads it).
+        commands = [base + [f"--nnodes={nnodes}", "--rdzv-backend=c10d",
                             f"--rdzv-endpoint={endpoint}", "--local-addr=127.0.0.1",
-                            f"--rdzv-id=nb{os.getpid()}"] for i in range(nnodes)]
+                            f"--rdzv-id=nb{os.getpid()}"] for _ in range(nnodes)]
     commands = [c + list(torchrun_args) + _script_part(path, script_args) for c in commands]
 
     write_live = _live_sink(live_mode)
@@ -383,6 +386,7 @@ def torchrun(
     finally:
         result.seconds = time.monotonic() - start
     codes = [p.returncode for p in procs]
+    _record_launch(path, nproc, nnodes, script_args, caller_env, torchrun_args, timeout, codes)
     try:
         if any(codes):
             raise _failure(result, "".join(agent_log), shown, codes, failures_dir.name)
@@ -391,6 +395,25 @@ def torchrun(
     if summary:
         print_summary(result)
     return result
+
+
+RECORD_ENV = "DDP_HELPERS_RECORD"
+
+
+def _record_launch(path, nproc, nnodes, script_args, env, torchrun_args, timeout, codes) -> None:
+    """Append this launch to the JSON-lines file DDP_HELPERS_RECORD names, if set.
+
+    `make execute` sets it, and tools/gpu_check.py replays the recorded launches on GPUs.
+    """
+    target = os.environ.get(RECORD_ENV)
+    if not target:
+        return
+    entry = {"script": str(path), "nproc": nproc, "nnodes": nnodes, "args": script_args,
+             "env": env,
+             "torchrun_args": list(torchrun_args), "timeout": timeout,
+             "outcome": "failed" if any(codes) else "ok"}
+    with open(target, "a") as f:
+        f.write(json.dumps(entry) + "\n")
 
 
 def _first_failure(agent_log: str, failures_dir: str) -> tuple[int | None, dict]:

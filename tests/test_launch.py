@@ -1,5 +1,6 @@
 """Reliability of the torchrun launcher: failures are named, nothing hangs, nothing is left running."""
 
+import json
 import os
 import signal
 import subprocess
@@ -312,3 +313,21 @@ def test_plain_worker_restarted_after_sigkill_succeeds_ten_times():
 
     counts = run_restarts(10, share_store=False, timeout=120)
     assert counts == {"succeeded": 10, "failed": 0, "hung": 0, "errors": []}
+
+
+def test_launches_are_recorded_for_gpu_check(tmp_path, monkeypatch):
+    script = tmp_path / "ok.py"
+    script.write_text("print('hi')\n")
+    record = tmp_path / "launches.jsonl"
+    monkeypatch.setenv("DDP_HELPERS_RECORD", str(record))
+    torchrun(script, nproc=1, args=["--x", 3], env={"A": "1"}, live="quiet", summary=False, timeout=60)
+    entry = json.loads(record.read_text())
+    assert entry == {"script": str(script), "nproc": 1, "nnodes": 1, "args": ["--x", "3"], "env": {"A": "1"},
+                     "torchrun_args": [], "timeout": 60, "outcome": "ok"}
+
+
+def test_simulated_nodes_pass_no_node_rank():
+    from ddp_helpers.launch import _shell_command
+
+    shown = _shell_command("w.py", 2, 2, [], [])
+    assert "--node-rank" not in shown and "--nnodes=2 --rdzv-backend=c10d" in shown

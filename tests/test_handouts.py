@@ -147,13 +147,16 @@ def test_instructor_page(built):
             assert first_words in page, (notebook.name, first_words)
 
 
-def test_plan_keeps_order_and_blocks():
-    s = [handouts.Session(f"{i:02d}", f"{i:02d} · n", m, None) for i, m in enumerate([50, 30, 60, 80, 90])]
-    rows, left = handouts.plan(s, [("09:00", 90), ("break", 15), ("10:45", 90)])
-    assert rows[2:] == ["| 09:00 | 00 · n | 50 |", "| 09:50 | 01 · n | 30 |",  # 10 min left: no row
+def test_plan_keeps_order_and_goes_on_after_pauses():
+    s = [handouts.Session(f"{i:02d}", f"{i:02d} · n", m, None) for i, m in enumerate([50, 60, 50, 85, 90])]
+    blocks = [("09:00", 90), ("break", 15), ("10:45", 90), ("lunch", 60), ("13:00", 60)]
+    rows, left = handouts.plan(s, blocks)
+    assert rows[2:] == ["| 09:00 | 00 · n | 50 |", "| 09:50 | 01 · n | 40 |",
                         "| | *break* | 15 |",
-                        "| 10:45 | 02 · n | 60 |", "| 11:45 | *questions, exercises, catching up* | 30 |"]
-    assert [x.stem for x in left] == ["03", "04"]  # 80 min did not fit in the 30 left: series order kept
+                        "| 10:45 | 01 · n (continued) | 20 |", "| 11:05 | 02 · n | 50 |",
+                        "| 11:55 | *questions, exercises, catching up* | 20 |",
+                        "| | *lunch* | 60 |", "| 13:00 | *questions, exercises, catching up* | 60 |"]
+    assert [x.stem for x in left] == ["03", "04"]  # 85 min do not fit in the 80 left
 
 
 def test_teaching_minutes_count_run_time_reading_and_exercises():

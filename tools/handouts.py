@@ -378,23 +378,33 @@ def clock(minutes: int) -> str:
 
 
 def plan(sessions: list[Session], blocks: list[tuple[str, int]]) -> tuple[list[str], list[Session]]:
-    """Table rows: the notebooks in series order, each in the first teaching block it fits in whole.
+    """Table rows: the notebooks in series order, as many as end within the day.
 
-    A block is (start "HH:MM", minutes) or (name of a pause, minutes); each row starts at its clock time.
+    A block is (start "HH:MM", minutes) or (name of a pause, minutes). A notebook that reaches a pause
+    goes on after it (marked "continued"); each row starts at its clock time.
     """
+    teaching = [(60 * int(b[:2]) + int(b[3:]), n) for b, n in blocks if b[0].isdigit()]
+    pauses = [b for b in blocks if not b[0][0].isdigit()]
     rows, queue = ["| time | notebook | minutes |", "|---|---|---|"], list(sessions)
-    for start, length in blocks:
-        if not start[0].isdigit():
-            rows.append(f"| | *{start}* | {length} |")
-            continue
-        hours, minutes = map(int, start.split(":"))
-        now, left = 60 * hours + minutes, length
-        while queue and queue[0].minutes <= left:
-            s = queue.pop(0)
-            rows.append(f"| {clock(now)} | {cell_text(s.title)} | {s.minutes} |")
-            now, left = now + s.minutes, left - s.minutes
-        if left >= 15:
-            rows.append(f"| {clock(now)} | *questions, exercises, catching up* | {left} |")
+    block, now, left = 0, teaching[0][0], teaching[0][1]
+    while queue and queue[0].minutes <= left + sum(n for _, n in teaching[block + 1:]):
+        s = queue.pop(0)
+        need, label = s.minutes, cell_text(s.title)
+        while need:
+            if not left:  # the pause between this block and the next
+                name, length = pauses[block]
+                rows.append(f"| | *{name}* | {length} |")
+                block += 1
+                now, left = teaching[block]
+                label = f"{cell_text(s.title)} (continued)"
+            used = min(need, left)
+            rows.append(f"| {clock(now)} | {label} | {used} |")
+            now, left, need = now + used, left - used, need - used
+    free = "*questions, exercises, catching up*"
+    if left >= 15:
+        rows.append(f"| {clock(now)} | {free} | {left} |")
+    for (name, length), (start, minutes) in zip(pauses[block:], teaching[block + 1:], strict=True):
+        rows += [f"| | *{name}* | {length} |", f"| {clock(start)} | {free} | {minutes} |"]
     return rows, queue
 
 

@@ -22,7 +22,7 @@ help:
 	@echo "make test-browser - run notebooks 00 and 02 in JupyterLab in headless Chromium (needs chromium)"
 	@echo "make execute  - re-execute every notebook in place (refresh stored outputs); NB=notebooks/03_x.ipynb for one"
 	@echo "make nav      - regenerate the previous/next navigation cells"
-	@echo "make handouts - HTML handouts (student and instructor editions, slides) in build/handouts"
+	@echo "make handouts - offline HTML and A4 PDF handouts (student, instructor), slides, instructor page in build/handouts"
 	@echo "make bench    - performance measurements of notebook 10, outside Jupyter"
 
 # Reinstall only when the pins or the package metadata change.

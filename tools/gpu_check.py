@@ -28,6 +28,14 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 LAUNCHES = ROOT / "tools" / "gpu_launches.json"
 ABS_TOL, REL_TOL = 0.02, 0.05
+# Worker scripts the notebooks start without the launcher, so no launch is recorded: they
+# choose gloo and the CPU themselves (mp.spawn demos, plain python, torchrun's own report).
+NOT_LAUNCHED = {
+    "03_spawn_basics.py": "mp.spawn", "03_spawn_errors.py": "mp.spawn", "03_pdeathsig.py": "mp.spawn",
+    "03_init_methods.py": "mp.spawn, gloo by design", "03_ex_no_guard.py": "mp.spawn",
+    "03_record_report.py": "raw torchrun, for its report", "03_ex_no_record.py": "raw torchrun",
+    "05_kill_mid_save.py": "plain python, no process group", "09_fake_slurm.py": "a stand-in for srun",
+}
 FLOAT = re.compile(r"[-+]?(?:\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|nan|inf)")
 # Words that name the device or its precision recipe, not a result.
 DEVICE_WORDS = [

@@ -115,11 +115,32 @@ def assert_replicas_equal(source: TensorSource, group=None) -> str:
     return digests[0]
 
 
-def all_equal_across_ranks(value: object, group=None) -> bool:
-    """True on every rank when every rank passed an equal (picklable) ``value``."""
+def gather_per_rank(value: object, group=None) -> list[object]:
+    """Every rank's (picklable) ``value``, as a list indexed by rank (a collective)."""
     out: list[object] = [None] * dist.get_world_size(group)
     dist.all_gather_object(out, value, group=group)
+    return out
+
+
+def all_equal_across_ranks(value: object, group=None) -> bool:
+    """True on every rank when every rank passed an equal (picklable) ``value``."""
+    out = gather_per_rank(value, group)
     return all(v == out[0] for v in out)
+
+
+def backward_on_own_batch(model: nn.Module, rank: int, device, seed: int = 0,
+                          batch: int = 16) -> torch.Tensor:
+    """Forward and backward of ``mean(model(x)**2)`` on a batch seeded by (seed, rank).
+
+    Every rank draws different data, as in training, and the same call on one process
+    with the same rank draws the same data again (a reference to compare DDP with).
+    """
+    gen = torch.Generator().manual_seed(seed * 100 + rank)
+    width = next(model.parameters()).shape[1]
+    x = torch.randn(batch, width, generator=gen).to(device)
+    loss = model(x).square().mean()
+    loss.backward()
+    return loss
 
 
 def shard(batch: Sequence[torch.Tensor] | torch.Tensor, rank: int, world_size: int):

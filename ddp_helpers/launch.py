@@ -6,6 +6,11 @@ run ends prints a deterministic rank-ordered summary of what each rank wrote to
 stdout. A failing rank raises :class:`WorkerFailed` naming the rank, its exit
 code and the tail of its traceback. A timeout or an interrupt (the notebook's
 stop button) terminates every process the launch started: no orphans.
+
+In a notebook, these errors' tracebacks show the learner's cell and the failing rank's
+traceback, not this module's frames: ``torchrun`` registers an IPython handler for its own
+exception types (see :func:`_install_traceback_filter`). The live view leaves out torchrun's
+OMP_NUM_THREADS notice (:func:`is_omp_notice`); it stays in ``LaunchResult.agent_log``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,6 +89,49 @@ class LaunchTimeout(LaunchError):
     """The run took longer than ``timeout`` seconds and was terminated."""
 
 
+class LaunchStopped(KeyboardInterrupt):
+    """The run was interrupted (the notebook's stop button) and every rank was terminated."""
+
+
+def learner_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """The traceback without the frames that set ``__tracebackhide__`` (this launcher's, and
+    IPython's own bottom frame): what is left is the learner's code."""
+    kept = []
+    while tb is not None:
+        if not tb.tb_frame.f_locals.get("__tracebackhide__"):
+            kept.append(tb)
+        tb = tb.tb_next
+    head = None
+    for entry in reversed(kept):
+        head = types.TracebackType(head, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return head
+
+
+def _show_launch_error(shell, etype, value, tb, tb_offset=None):
+    """IPython handler for launch errors: show the learner's frames and the message (which
+    holds the failing rank's own traceback), not the launcher's frames."""
+    shell.showtraceback((etype, value, learner_frames(tb)), tb_offset=0)
+    return None
+
+
+def _install_traceback_filter() -> None:
+    """In IPython, show LaunchError and LaunchStopped tracebacks through _show_launch_error.
+
+    IPython always prints the innermost frame even when it sets ``__tracebackhide__``
+    (IPython/core/ultratb.py, VerboseTB.format_exception_as_a_whole), which would be the
+    launcher's ``raise``; a custom exception handler (InteractiveShell.set_custom_exc) for
+    these two types only leaves it out. Other exceptions keep IPython's own display.
+    """
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    wanted = (LaunchError, LaunchStopped)
+    if shell is not None and getattr(shell, "custom_exceptions", None) != wanted:
+        shell.set_custom_exc(wanted, _show_launch_error)
+
+
 @dataclass
 class LaunchResult:
     """What a finished run produced; ``stdout[r]`` is rank r's stdout lines."""
@@ -91,6 +140,7 @@ class LaunchResult:
     stdout: dict[int, list[str]] = field(default_factory=dict)
     stderr: dict[int, list[str]] = field(default_factory=dict)
     seconds: float = 0.0
+    agent_log: list[str] = field(default_factory=list)  # torchrun's own lines (no rank prefix)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -217,6 +267,22 @@ def _live_sink(mode: str):
     return lambda line: None  # quiet
 
 
+# torchrun's notice when it sets OMP_NUM_THREADS=1 for its workers (torch/distributed/run.py,
+# config_from_args: nproc_per_node > 1 and OMP_NUM_THREADS unset), framed by lines of stars.
+_OMP_NOTICE = "Setting OMP_NUM_THREADS environment variable for each process"
+_LOG_HEADER_RE = re.compile(r"^[DIWEF]\d{4} [\d:.]+ \d+ \S*torch/distributed/run\.py:\d+\]\s*$")
+
+
+def is_omp_notice(line: str) -> bool:
+    """True for the lines of torchrun's OMP_NUM_THREADS notice, which the live view leaves out.
+
+    The notice stays in ``LaunchResult.agent_log``; notebook 00 explains it once.
+    """
+    text = line.strip()
+    return (_OMP_NOTICE in text or (len(text) >= 5 and set(text) == {"*"}) or not text
+            or bool(_LOG_HEADER_RE.match(text)))
+
+
 def _in_kernel() -> bool:
     try:
         from IPython import get_ipython
@@ -305,8 +371,11 @@ def torchrun(
                    "stdout" or "quiet"; env DDP_HELPERS_LIVE overrides "auto"
     summary        print the rank-ordered stdout summary at the end
 
-    Returns a LaunchResult; raises WorkerFailed naming the failing rank.
+    Returns a LaunchResult; raises WorkerFailed naming the failing rank. The stop button
+    (KeyboardInterrupt) terminates every rank, then raises KeyboardInterrupt saying so.
     """
+    __tracebackhide__ = True  # tracebacks show the caller's cell and the error, not this frame
+    _install_traceback_filter()
     path, script_args, torchrun_args, parsed, live_mode = _validate(
         script, nproc, nnodes, timeout, args, torchrun_args, env, live)
     env = dict(env or {})
@@ -370,7 +439,8 @@ def torchrun(
             if line is None:
                 open_streams -= 1
                 continue
-            write_live(line)
+            if not is_omp_notice(line):
+                write_live(line)
             m = _PREFIX_RE.match(line.rstrip("\n"))
             if m:
                 rank, text = int(m.group(1)), m.group(2)
@@ -380,11 +450,16 @@ def torchrun(
                 agent_log.append(line)
         for p in procs:
             p.wait(timeout=max(1.0, timeout - (time.monotonic() - start)))
+    except KeyboardInterrupt:
+        terminate(procs)
+        # a new exception, so the traceback ends here and not in queue.get's wait
+        raise LaunchStopped(f"stopped: all {nproc * nnodes} ranks terminated") from None
     except BaseException:
         terminate(procs)
         raise
     finally:
         result.seconds = time.monotonic() - start
+        result.agent_log = agent_log
     codes = [p.returncode for p in procs]
     _record_launch(path, nproc, nnodes, script_args, caller_env, torchrun_args, timeout, codes)
     try:

@@ -76,6 +76,16 @@ class ConvNet(nn.Module):
         return self.classifier(torch.flatten(self.features(x), 1))
 
 
+def square_mlp(width: int, depth: int, classes: int = 10) -> nn.Sequential:
+    """``depth`` Linear(width, width) + ReLU blocks and a Linear(width, classes) head.
+
+    Sizes are easy to reason about: each square weight is 4 * width**2 bytes in float32,
+    and the parameters are named 0.weight, 0.bias, 2.weight, ... in registration order.
+    """
+    layers = [m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())]
+    return nn.Sequential(*layers, nn.Linear(width, classes))
+
+
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
     """Number of scalar parameters (buffers such as BN running stats excluded)."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

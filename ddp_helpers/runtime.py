@@ -43,6 +43,12 @@ class DistContext:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    @property
+    def device_ids(self) -> list[int] | None:
+        """What DDP's ``device_ids`` takes for a module on ``self.device``: the one GPU, or
+        None for a CPU module (DDP rejects ``device_ids`` for one that is not on a single GPU)."""
+        return [self.local_rank] if self.device.type == "cuda" else None
+
 
 def _env_int(name: str) -> int:
     value = os.environ.get(name)

@@ -9,9 +9,11 @@ from ddp_helpers.checks import (
     BucketRecorder,
     all_equal_across_ranks,
     assert_replicas_equal,
+    backward_on_own_batch,
     checksum,
     digest,
     gather_digests,
+    gather_per_rank,
     grads,
     max_abs_diff,
     named_tensors,
@@ -92,6 +94,20 @@ def test_collectives_with_one_rank(single_rank_group):
     assert gather_digests(model) == [digest(model)]
     assert assert_replicas_equal(model) == digest(model)
     assert all_equal_across_ranks((1, "a"))
+    assert gather_per_rank({"rank": 0}) == [{"rank": 0}]
+
+
+def test_backward_on_own_batch_depends_on_rank_and_seed():
+    def grad_after(rank, seed):
+        torch.manual_seed(0)
+        model = nn.Linear(6, 3)
+        loss = backward_on_own_batch(model, rank, "cpu", seed=seed, batch=4)
+        assert loss.ndim == 0 and model.weight.grad is not None
+        return model.weight.grad.clone()
+
+    assert torch.equal(grad_after(1, 0), grad_after(1, 0))      # the same batch again
+    assert not torch.equal(grad_after(0, 0), grad_after(1, 0))  # another rank, other data
+    assert not torch.equal(grad_after(0, 0), grad_after(0, 1))  # another step, other data
 
 
 def test_bucket_recorder_counts_allreduces(single_rank_group):

@@ -109,19 +109,61 @@ def test_hang_times_out_and_kills_every_process(tmp_path):
     assert not leftovers()
 
 
-def test_interrupt_kills_every_process(tmp_path):
+IPYTHON_CELL = """
+from IPython.core.interactiveshell import InteractiveShell
+shell = InteractiveShell.instance(colors="nocolor")
+shell.run_cell({cell!r})
+"""
+
+
+def in_ipython(cell):
+    """A driver process that runs ``cell`` in an IPython shell, as a notebook kernel would."""
+    return subprocess.Popen([sys.executable, "-c", IPYTHON_CELL.format(cell=cell)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "DDP_HELPERS_LIVE": "quiet"})
+
+
+def test_interrupt_kills_every_process_and_says_so(tmp_path):
     script = write(tmp_path, "hang_int", HANG)
-    driver = subprocess.Popen([sys.executable, "-c", (
-        "import sys\nfrom ddp_helpers import torchrun\n"
-        f"torchrun({str(script)!r}, nproc=2, args=[{str(tmp_path)!r}], timeout=120, live='quiet')")])
+    driver = in_ipython("from ddp_helpers import torchrun\n"
+                        f"torchrun({str(script)!r}, nproc=2, args=[{str(tmp_path)!r}], timeout=120)")
     deadline = time.monotonic() + 60
     while len(list(tmp_path.glob("started*"))) < 2:
         assert time.monotonic() < deadline and driver.poll() is None, "workers never started"
         time.sleep(0.2)
     driver.send_signal(signal.SIGINT)  # what Jupyter's stop button sends the kernel
-    assert driver.wait(timeout=30) != 0
+    shown, _ = driver.communicate(timeout=30)
     time.sleep(0.5)
     assert not leftovers()
+    assert "LaunchStopped: stopped: all 2 ranks terminated" in shown
+    assert "queue.py" not in shown and "threading.py" not in shown and "launch.py" not in shown
+    assert issubclass(__import__("ddp_helpers").LaunchStopped, KeyboardInterrupt)
+
+
+FAIL_RANK1 = """
+    from ddp_helpers.runtime import distributed
+    with distributed() as ctx:
+        if ctx.rank == 1:
+            print(1 / 0)
+"""
+
+
+def test_failure_traceback_in_ipython_shows_the_cell_and_the_rank(tmp_path):
+    script = write(tmp_path, "fail_ipy", FAIL_RANK1)
+    driver = in_ipython(f"from ddp_helpers import torchrun\ntorchrun({str(script)!r}, nproc=2)")
+    shown, _ = driver.communicate(timeout=120)
+    assert "----> 2 torchrun(" in shown                     # the learner's line
+    assert "rank 1 failed first" in shown and "ZeroDivisionError" in shown
+    assert "launch.py" not in shown                          # none of the launcher's frames
+
+
+def test_omp_notice_is_recognised_and_kept_in_the_agent_log(tmp_path):
+    from ddp_helpers.launch import is_omp_notice
+    result = torchrun(write(tmp_path, "hello_omp", HELLO), nproc=2, live="quiet")
+    notice = [line for line in result.agent_log if "OMP_NUM_THREADS" in line]
+    assert notice and all(is_omp_notice(line) for line in notice)
+    assert not any(is_omp_notice(f"[rank{r}]:{line}\n") for r, lines in result.stdout.items()
+                   for line in lines)
 
 
 def test_two_launches_at_once_do_not_collide(tmp_path):

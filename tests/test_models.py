@@ -2,7 +2,7 @@ import pytest
 import torch
 from torch import nn
 
-from ddp_helpers.models import ConvNet, ToyModel, ToyMpModel, count_parameters
+from ddp_helpers.models import ConvNet, ToyModel, ToyMpModel, count_parameters, square_mlp
 
 
 def test_toy_model_shape_and_parameters():
@@ -64,3 +64,11 @@ def test_models_reject_wrong_input(bad):
     model = ToyModel() if len(bad) == 4 else ConvNet()
     with pytest.raises(RuntimeError):
         model(torch.randn(*bad))
+
+
+def test_square_mlp_names_and_sizes():
+    model = square_mlp(8, 2)
+    names = [name for name, _ in model.named_parameters()]
+    assert names == ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"]
+    assert model[0].weight.shape == (8, 8) and model[4].weight.shape == (10, 8)
+    assert model(torch.randn(3, 8)).shape == (3, 10)

@@ -86,3 +86,10 @@ def test_bad_timeouts_are_refused(monkeypatch, env, arg, words):
 def test_no_gloo_workers_means_nothing_to_wait_for():
     assert runtime._busy_gloo_workers() == 0  # this test process has no process group
     assert runtime.wait_for_gloo_workers(timeout_s=1.0) is True
+
+
+@pytest.mark.parametrize("device, expected", [("cpu", None), ("cuda:1", [1])])
+def test_device_ids_follow_the_device(device, expected):
+    ctx = runtime.DistContext(rank=3, local_rank=1, world_size=4, local_world_size=2,
+                              backend="gloo", device=torch.device(device))
+    assert ctx.device_ids == expected

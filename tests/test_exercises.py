@@ -1,0 +1,327 @@
+"""ddp_helpers.exercises: every check rejects the starters' ``...`` first, accepts correct answers, and
+rejects wrong ones with a hint that does not give the answer away.
+
+Checks whose answers come from a launch (a torchrun result, a run's JSON) are proven to accept the
+solutions by strict nbval: their check cells run right after the solutions in the notebooks.
+"""
+
+import ast
+import inspect
+import math
+import re
+import textwrap
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+from torch.utils.data import DistributedSampler
+
+from ddp_helpers import exercises
+from ddp_helpers.evaluation import EarlyStopping
+from ddp_helpers.ring import simulate_ring
+from ddp_helpers.sharding import make_stack, zero_formula
+
+
+class Untouchable:
+    """Context a check must not read before it has looked at the learner's names."""
+
+    def __getattr__(self, name):
+        raise RuntimeError("context read before the learner's names were checked")
+
+    def __getitem__(self, key):
+        raise RuntimeError("context read before the learner's names were checked")
+
+    def __iter__(self):
+        raise RuntimeError("context read before the learner's names were checked")
+
+
+def learner_names(fn) -> list[str]:
+    """The names a check passes to ``given(...)``: the learner's, in order."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "given")
+    return [k.arg for k in call.keywords]
+
+
+def failure(fn, **kwargs) -> exercises.CheckFailed:
+    with pytest.raises(exercises.CheckFailed) as info:
+        fn(**kwargs)
+    return info.value
+
+
+@pytest.mark.parametrize("exid", exercises.exercise_ids())
+def test_starter_ellipsis_fails_first_with_a_hint(exid):
+    fn = exercises.CHECKS[exid]
+    params = [p for p in inspect.signature(fn).parameters.values() if p.default is inspect.Parameter.empty]
+    mine = learner_names(fn)
+    assert mine, f"{exid}: the check must call given(...) with the learner's names"
+    kwargs = {p.name: ... if p.name in mine else Untouchable() for p in params}
+    err = failure(fn, **kwargs)
+    assert str(err).startswith(f"Exercise {exid}: `{mine[0]}` is still `...`.")
+    assert "\nHint: " in str(err) and isinstance(err, AssertionError)
+
+
+def test_ids_cover_every_notebook_exercise():
+    assert len(exercises.exercise_ids()) == 44
+    assert {i.split(".")[0] for i in exercises.exercise_ids()} == {f"{n:02d}" for n in range(13)}
+
+
+def test_success_prints_one_line(capsys):
+    exercises.check_10_3(crossover=2e-5 / 1e-10, alpha=2e-5, beta=1e-10)
+    assert capsys.readouterr().out == "Exercise 10.3: correct\n"
+
+
+def test_ipython_shows_only_the_message():
+    err = exercises.CheckFailed("01.2", "wrong.", "think.")
+    assert err._render_traceback_() == ["CheckFailed: Exercise 01.2: wrong.\nHint: think."]
+
+
+def no_answer_in(err, *answers):
+    text = str(err)
+    for answer in answers:
+        assert not re.search(rf"(?<![\w.]){re.escape(str(answer))}(?![\w.])", text), \
+            f"the message gives away {answer!r}: {text}"
+    assert "\nHint: " in text
+
+
+# --- pure answers: correct accepted, wrong rejected without the answer ---------------------------
+
+def test_01_2():
+    def ring(n, s, a, b):
+        return 2 * (n - 1) * a + 2 * (n - 1) / n * s * b
+
+    def tree(n, s, a, b):
+        return 2 * math.ceil(math.log2(n)) * (a + s * b)
+
+    n, a, b, length = 64, 20e-6, 0.1e-9, 12
+    crossover = (2 * (n - 1) - length) * a / ((length - 2 * (n - 1) / n) * b)
+    exercises.check_01_2(t_ring=ring, t_tree=tree, crossover=crossover)
+    no_answer_in(failure(exercises.check_01_2, t_ring=ring, t_tree=tree, crossover=crossover * 1.01),
+                 f"{crossover:.0f}")
+    no_answer_in(failure(exercises.check_01_2, t_ring=lambda n, s, a, b: None, t_tree=tree, crossover=crossover))
+
+
+def test_01_3():
+    values = [np.float32(v) for v in (1e8, 1.0, -1e8, 1.0)]
+    ring = simulate_ring([[v] * 4 for v in values])[-1][0][0]
+    exercises.check_01_3(ring_result=ring, rank_order=((values[0] + values[1]) + values[2]) + values[3])
+    no_answer_in(failure(exercises.check_01_3, ring_result=2.0, rank_order=2.0))
+
+
+def test_02_1():
+    right = dict(padded_len=3, dropped_len=2, rank3_padded=[3, 7, 1], rank3_dropped=[3, 7],
+                 repeated=(1, 0), unseen={8, 9})
+    exercises.check_02_1(**right)
+    no_answer_in(failure(exercises.check_02_1, **{**right, "rank3_padded": [3, 7, 0]}), "[3, 7, 1]")
+    no_answer_in(failure(exercises.check_02_1, **{**right, "padded_len": 2}))
+
+
+def test_02_2():
+    r0 = DistributedSampler(range(12), num_replicas=2, rank=0, seed=0)
+    r1 = DistributedSampler(range(12), num_replicas=2, rank=1, seed=0)
+    r0.set_epoch(1)
+    a, b = set(r0), set(r1)
+    exercises.check_02_2(twice=list(a & b), never=set(range(12)) - a - b)
+    no_answer_in(failure(exercises.check_02_2, twice=[], never=[]), sorted(a & b))
+
+
+def test_02_3():
+    exercises.check_02_3(global_batch=2048, steps=25, scaled_lr=0.1 * 8)
+    no_answer_in(failure(exercises.check_02_3, global_batch=2048, steps=196, scaled_lr=0.8), "25")
+    no_answer_in(failure(exercises.check_02_3, global_batch=2048, steps=25, scaled_lr=0.1), "0.8")
+
+
+def test_04_2():
+    torch.manual_seed(0)
+    model, x, y = nn.Sequential(nn.Linear(10, 4), nn.ReLU(), nn.Linear(4, 5)), torch.randn(8, 10), torch.randn(8, 5)
+    mse = nn.functional.mse_loss
+
+    def g(loss):
+        return list(torch.autograd.grad(loss, list(model.parameters())))
+
+    g0, g1 = g(mse(model(x[:6]), y[:6])), g(mse(model(x[6:]), y[6:]))
+    plain = [(a + b) / 2 for a, b in zip(g0, g1, strict=True)]
+    weighted = [(1.5 * a + 0.5 * b) / 2 for a, b in zip(g0, g1, strict=True)]
+    exercises.check_04_2(ddp_like=plain, weighted=weighted, model=model, x=x, y=y)
+    no_answer_in(failure(exercises.check_04_2, ddp_like=plain, weighted=plain, model=model, x=x, y=y), "1.5")
+
+
+def buckets(names_and_bytes, cap, first):
+    out, current, size = [], [], 0
+    for name, nbytes in names_and_bytes:
+        current.append(name)
+        size += nbytes
+        if size >= (first if not out else cap):
+            out.append(current)
+            current, size = [], 0
+    return out + ([current] if current else [])
+
+
+def test_04_3():
+    mib = 2**20
+    arrival = [(f"p{i}", n) for i, n in enumerate([40_000, 1_000, 300_000, 2_000, 262_144])]
+    recorded = {"buckets": {cap: [None, buckets(arrival, c, f)] for cap, (c, f) in
+                            {"None": (25 * mib, mib), "0.05": (0.05 * mib,) * 2, "0.001": (0.001 * mib,) * 2}.items()}}
+    exercises.check_04_3(predict_buckets=buckets, arrival=arrival, recorded=recorded)
+
+    def strict(items, cap, first):  # closes only above the cap: a wrong rule
+        return buckets(items, cap + 1, first + 1)
+
+    no_answer_in(failure(exercises.check_04_3, predict_buckets=strict, arrival=arrival, recorded=recorded))
+
+
+def test_05_3(tmp_path):
+    from pathlib import Path
+
+    from ddp_helpers.checkpoint import atomic_save
+
+    def save_rotating(obj, folder, epoch, keep=2):
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_save(obj, folder / f"snapshot_{epoch:04d}.pt")
+        for old in sorted(folder.glob("snapshot_*.pt"))[:-keep]:
+            old.unlink()
+
+    def latest(folder):
+        return max(Path(folder).glob("snapshot_*.pt"))
+
+    exercises.check_05_3(save_rotating=save_rotating, latest=latest)
+
+    def keeps_all(obj, folder, epoch, keep=2):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        atomic_save(obj, Path(folder) / f"snapshot_{epoch:04d}.pt")
+
+    no_answer_in(failure(exercises.check_05_3, save_rotating=keeps_all, latest=latest))
+    no_answer_in(failure(exercises.check_05_3, save_rotating=lambda *a, **k: None, latest=lambda f: None))
+
+
+def test_06_1():
+    truth = [64, 32, 32, 64, 64, 32, 32, 64]
+    exercises.check_06_1(by_hand=truth, measured=[float(s) for s in truth])
+    no_answer_in(failure(exercises.check_06_1, by_hand=[64, 32, 64, 64, 128, 64, 128, 128], measured=truth), truth)
+
+
+def test_06_2():
+    exercises.check_06_2(k_small=16, k_large=12)
+    no_answer_in(failure(exercises.check_06_2, k_small=15, k_large=12), "16")  # 2**15 gives a subnormal
+    no_answer_in(failure(exercises.check_06_2, k_small=16, k_large=13), "12")
+
+
+def test_07_1():
+    values = torch.tensor([1.0, 2.0, 3.0, 10.0, 11.0, 12.0, 13.0, 14.0]).view(8, 1)
+    shards = [values[:3], values[3:]]
+    exercises.check_07_1(shards=shards, mean_of_means=torch.tensor(7.0), pooled=torch.tensor(8.25))
+    no_answer_in(failure(exercises.check_07_1, shards=shards, mean_of_means=7.0, pooled=7.0), "8.25")
+
+
+def test_07_2():
+    history = [{"loss": v} for v in (1.0, 0.9, 0.95, 0.96, 0.97, 0.8)]
+    rule = EarlyStopping(patience=3, mode="min")
+    exercises.check_07_2(decisions=[rule.step(h["loss"]) for h in history], history=history)
+    no_answer_in(failure(exercises.check_07_2, decisions=[False] * 6, history=history))
+
+
+def test_09_1():
+    exercises.check_09_1(group_rank=2, local_rank=1, world_size=24)
+    no_answer_in(failure(exercises.check_09_1, group_rank=1, local_rank=9, world_size=24), "(2, 1)")
+
+
+def test_10_1_and_10_3():
+    model = nn.Sequential(nn.Linear(4, 8), nn.Linear(8, 2))
+    sizes = [4 * p.numel() for p in model.parameters()]
+    alpha, beta = 1e-5, 1e-9
+    exercises.check_10_1(one_message=alpha + beta * sum(sizes), per_tensor=sum(alpha + beta * s for s in sizes),
+                         alpha=alpha, beta=beta, model=model)
+    no_answer_in(failure(exercises.check_10_1, one_message=alpha + beta * sum(sizes), per_tensor=alpha + beta * sum(
+        sizes), alpha=alpha, beta=beta, model=model))
+    no_answer_in(failure(exercises.check_10_3, crossover=2 * alpha / beta, alpha=alpha, beta=beta),
+                 f"{alpha / beta:g}")
+
+
+def test_10_2():
+    def count(nbytes, cap):
+        n, size = 0, 0
+        for b in nbytes:
+            size += b
+            if size >= cap:
+                n, size = n + 1, 0
+        return n + (size > 0)
+
+    recorded = {"0.5": 4, "8": 2, "32": 1}
+    exercises.check_10_2(predict_buckets=count, predicted_buckets=dict(recorded), recorded=recorded)
+    no_answer_in(failure(exercises.check_10_2, predict_buckets=lambda nb, cap: len(nb), predicted_buckets=recorded,
+                         recorded=recorded))
+
+
+def partition(sizes, world_size):
+    ranks, totals = [[] for _ in range(world_size)], [0] * world_size
+    for size in sorted(sizes, reverse=True):
+        r = totals.index(min(totals))
+        ranks[r].append(size)
+        totals[r] += size
+    return ranks
+
+
+def test_11_1():
+    def sizes_of(widths):
+        return [p.numel() for p in make_stack(widths).parameters()]
+
+    recorded = {"partition": partition(sizes_of((32, 64, 64, 8)), 2),
+                "partition_even": partition(sizes_of((32, 32, 32)), 2)}
+    exercises.check_11_1(predict_partition=partition, found=(8, 16, 24, 24), recorded=recorded)
+    no_answer_in(failure(exercises.check_11_1, predict_partition=partition, found=(8, 8, 8), recorded=recorded))
+
+    def in_order(sizes, world_size):  # no sort: a wrong rule
+        ranks, totals = [[] for _ in range(world_size)], [0] * world_size
+        for size in sizes:
+            r = totals.index(min(totals))
+            ranks[r].append(size)
+            totals[r] += size
+        return ranks
+
+    no_answer_in(failure(exercises.check_11_1, predict_partition=in_order, found=(8, 16, 24, 24), recorded=recorded))
+
+
+def test_11_2():
+    per_gpu = [sum(zero_formula(7_500_000_000, 64, s, bytes_per_value=2, moments=6).values()) / 1e9 for s in range(4)]
+    exercises.check_11_2(per_gpu=per_gpu, smallest_stage=1)
+    no_answer_in(failure(exercises.check_11_2, per_gpu=[g * 2**30 / 1e9 for g in per_gpu], smallest_stage=1), "31.4")
+    no_answer_in(failure(exercises.check_11_2, per_gpu=per_gpu, smallest_stage=2))
+
+
+class MLP(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.up, self.down = nn.Linear(d, h), nn.Linear(h, d)
+
+    def forward(self, x):
+        return self.down(torch.relu(self.up(x)))
+
+
+def test_12_1_and_12_3():
+    torch.manual_seed(0)
+    dense, x, y = MLP(16, 64), torch.randn(8, 16), torch.randn(8, 16)
+    parts = []
+    for rows in (slice(0, 32), slice(32, 64)):
+        hidden = torch.relu(x @ dense.up.weight[rows].T + dense.up.bias[rows])
+        parts.append(hidden @ dense.down.weight[:, rows].T)
+    exercises.check_12_1(partials=parts, dense=dense, x=x, tol=1e-5)
+    no_answer_in(failure(exercises.check_12_1, partials=[parts[0], parts[0]], dense=dense, x=x, tol=1e-5))
+    mse = nn.functional.mse_loss
+    halves = [torch.autograd.grad(mse(dense(a), b, reduction="sum"), [dense.up.weight])[0]
+              for a, b in zip(x.chunk(2), y.chunk(2), strict=True)]
+    exercises.check_12_3(averaged=(halves[0] + halves[1]) / 2, dense=dense, x=x, y=y, tol=1e-5)
+    no_answer_in(failure(exercises.check_12_3, averaged=halves[0] + halves[1], dense=dense, x=x, y=y, tol=1e-5))
+
+
+def test_12_2():
+    exercises.check_12_2(crossover=3)
+    no_answer_in(failure(exercises.check_12_2, crossover=2), "3")
+    no_answer_in(failure(exercises.check_12_2, crossover=3.0))
+
+
+def test_messages_never_hold_the_launch_answers():
+    """The hints of the launch checks name what to look at, not the numbers a run should print."""
+    source = inspect.getsource(exercises)
+    for answer in ("359", "360", "\"max=10\"", "head_b.bias, head_b.weight", "cpu: autocast bfloat16, GradScaler off"):
+        assert not re.search(rf'(?:what|hint)[^\n]*{re.escape(answer)}', source)

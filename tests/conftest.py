@@ -31,3 +31,7 @@ def ranks_json(tmp_path):
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "restarts: repeated torchrun restart launches (about 2 minutes); run by `make unit`")
+    config.addinivalue_line(
+        "markers", "student_notebooks: each student notebook's starters and checks in a kernel "
+        "(tests/test_student_notebooks.py); run by `make unit`, alone with `pytest -m student_notebooks`")
+

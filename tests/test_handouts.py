@@ -6,6 +6,7 @@ opens them, PDFs included, in Chromium with the network refused.
 
 import html
 import json
+import os
 import re
 import sys
 from html.parser import HTMLParser
@@ -51,6 +52,80 @@ def test_editions(built, notebook):
     assert instructor.count("celltag_solution") == solutions
     assert student.count("celltag_exercise") == instructor.count("celltag_exercise") == exercises
     assert not re.search(r'href="[^"]*\.ipynb[#"]', student), "notebook links point at the HTML pages"
+    # the student edition shows each exercise's starter cells and its check cell instead of the solution
+    checks = [c for c in nbformat.read(notebook, as_version=4).cells if "check" in c.metadata.get("tags", [])]
+    starters = sum(len(c.metadata["exercise"]["starter"]) for c in checks)
+    assert student.count("celltag_check") == instructor.count("celltag_check") == len(checks)
+    assert student.count("celltag_starter") == starters and instructor.count("celltag_starter") == 0
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_check_cells_follow_the_solutions(notebook):
+    """Each exercise: its solution cells, then one check cell naming this exercise, with a starter."""
+    cells = nbformat.read(notebook, as_version=4).cells
+    starts = [i for i, c in enumerate(cells) if "exercise" in c.metadata.get("tags", [])]
+    checks = [c for c in cells if "check" in c.metadata.get("tags", [])]
+    if not checks:
+        pytest.skip(f"{notebook.name}: no check cells yet")
+    for k, start in enumerate(starts, 1):
+        end = start + 1
+        while "solution" in cells[end].metadata.get("tags", []):
+            end += 1
+        check = cells[end]
+        assert "check" in check.metadata.get("tags", []), (notebook.name, k)
+        assert check.metadata["exercise"]["id"] == f"{notebook.name[:2]}.{k}"
+        assert f"exercises.check_{notebook.name[:2]}_{k}(" in check.source
+        assert check.metadata["exercise"]["starter"] and all("..." in s for s in check.metadata["exercise"]["starter"])
+        assert check.outputs and check.outputs[-1]["text"] == f"Exercise {notebook.name[:2]}.{k}: correct\n"
+    assert len(checks) == len(starts)
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_student_notebooks(built, notebook):
+    folder = built / "student"
+    student = nbformat.read(folder / notebook.name, as_version=4)
+    nbformat.validate(student)
+    tags_of = [c.metadata.get("tags", []) for c in student.cells]
+    assert not any("solution" in t for t in tags_of)
+    assert sum("exercise" in t for t in tags_of) == tagged(notebook, "exercise")
+    for cell, cell_tags in zip(student.cells, tags_of, strict=True):
+        if {"check", "starter"} & set(cell_tags):
+            assert not cell.outputs and cell.execution_count is None
+    for i, cell_tags in enumerate(tags_of):  # after an exercise: its starters, then its check
+        if "exercise" in cell_tags and "check" in sum(tags_of, []):
+            j = i + 1
+            while "starter" in tags_of[j]:
+                j += 1
+            assert j > i + 1 and "check" in tags_of[j], (notebook.name, i)
+    lesson = [c for c, t in zip(student.cells, tags_of, strict=True) if not t and c.cell_type == "code"]
+    assert sum(bool(c.outputs) for c in lesson) == sum(
+        bool(c.outputs) for c in nbformat.read(notebook, as_version=4).cells
+        if c.cell_type == "code" and not c.metadata.get("tags")), "lesson outputs are kept"
+    # paths that leave notebooks/ point at the repository from the student folder
+    text = "\n".join(c.source for c in student.cells)
+    assert not re.search(r"""["'(]\.\./(data|cluster|README\.md)""", text)
+    original = "\n".join(c.source for c in nbformat.read(notebook, as_version=4).cells)
+    up = os.path.relpath(ROOT, folder) if folder.resolve().is_relative_to(ROOT) else str(ROOT)
+    for name in set(re.findall(r"""["'(]\.\./(data|cluster|README\.md)""", original)):
+        assert f"{up}/{name}" in text and (folder / up / name).resolve() == (ROOT / name).resolve()
+    for name in ("scripts", "runs", "walkthrough"):
+        assert (folder / name).is_dir()
+
+
+def test_student_cells_put_starters_in_place_of_solutions():
+    check = nbformat.v4.new_code_cell("exercises.check_99_1(a=a)", metadata={
+        "tags": ["check"], "exercise": {"id": "99.1", "starter": ["a = ...", "b = ..."]}})
+    check.outputs = [nbformat.v4.new_output("stream", text="Exercise 99.1: correct\n")]
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("**Exercise 1.**", metadata={"tags": ["exercise"]}),
+        nbformat.v4.new_code_cell("a = 1", metadata={"tags": ["solution"]}),
+        nbformat.v4.new_markdown_cell("why", metadata={"tags": ["solution"]}), check])
+    student = handouts.student_cells(nb)
+    assert [(c.cell_type, c.source) for c in student.cells] == [
+        ("markdown", "**Exercise 1.**"), ("code", "a = ..."), ("code", "b = ..."),
+        ("code", "exercises.check_99_1(a=a)")]
+    assert student.cells[-1].outputs == [] and nb.cells[-1].outputs  # the original is left alone
+    assert len({c.id for c in student.cells}) == 4
 
 
 class Loads(HTMLParser):

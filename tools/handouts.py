@@ -3,7 +3,12 @@
     python tools/handouts.py [--out build/handouts] [--slides] [--pdf]
 
 Writes, from the notebooks as committed (nothing is executed):
-  student/NN_name.html (.pdf)     cells tagged ``solution`` removed, exercises kept
+  student/NN_name.ipynb           the student notebook, to run in JupyterLab from that folder: each
+                                  exercise's ``solution`` cells replaced by its starter cells (kept in
+                                  the metadata of the exercise's ``check`` cell), the check cell kept,
+                                  exercise outputs cleared; paths to the repository (../data, ../cluster,
+                                  ../README.md) rewritten for the folder, walkthrough/ copied beside it
+  student/NN_name.html (.pdf)     the same cells as the student notebook (starters and checks)
   instructor/NN_name.html (.pdf)  everything
   slides/NN_name.slides.html      (--slides) reveal.js, one slide per ``##`` section
   index.html                      links to every edition, the titles' markdown rendered
@@ -49,6 +54,11 @@ CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SOLUTION_TAG, EXERCISE_TAG, NAV_TAG = "solution", "exercise", "nav"
+CHECK_TAG, STARTER_TAG = "check", "starter"
+# Notebook-relative paths that leave notebooks/ (rewritten in the student notebooks), and the folders a
+# notebook's cells read or write next to it (copied, or made empty, beside the student notebooks).
+REPO_PATH = re.compile(r"""(?<=["'(])\.\./(data|cluster|README\.md|requirements\.txt)\b""")
+COPIED_FOLDERS, EMPTY_FOLDERS = ("walkthrough",), ("scripts", "runs")
 EDITIONS = ("student", "instructor")
 NBVAL_COMMENT = re.compile(r"^[ \t]*#[ \t]*NBVAL_[A-Z_]+\b.*(?:\n|$)", re.MULTILINE)
 
@@ -150,6 +160,50 @@ def handout_copy(nb, suffix: str):
     return nb
 
 
+def student_cells(nb):
+    """A copy with each exercise's solution cells replaced by its starter cells.
+
+    The starters are the ``exercise.starter`` list in the metadata of the exercise's check cell (the code
+    cell tagged ``check`` that follows the solutions); they become code cells tagged ``starter``. Check and
+    starter cells carry no outputs.
+    """
+    nb = copy.deepcopy(nb)
+    cells = []
+    for cell in nb.cells:
+        if SOLUTION_TAG in tags(cell):
+            continue
+        if CHECK_TAG in tags(cell):
+            exercise = cell.metadata.get("exercise", {})
+            for i, source in enumerate(exercise.get("starter", [])):
+                starter = nbformat.v4.new_code_cell(source, metadata={"tags": [STARTER_TAG]})
+                starter.id = hashlib.sha1(f"{cell.id}-starter-{i}".encode()).hexdigest()[:8]
+                cells.append(starter)
+            cell.outputs, cell.execution_count = [], None
+        cells.append(cell)
+    nb.cells = cells
+    return nb
+
+
+def write_student_notebook(path: Path, folder: Path) -> Path:
+    """``folder``/NN_name.ipynb: the student notebook, runnable from ``folder`` (see the module docstring)."""
+    nb = student_cells(nbformat.read(path, as_version=4))
+    up = os.path.relpath(ROOT, folder) if folder.resolve().is_relative_to(ROOT) else str(ROOT)
+    for cell in nb.cells:
+        cell.source = REPO_PATH.sub(lambda m: f"{up}/{m.group(1)}", cell.source)
+        if cell.cell_type == "code":
+            cell.source = NBVAL_COMMENT.sub("", cell.source)
+            cell.metadata.pop("execution", None)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in COPIED_FOLDERS:
+        if (path.parent / name).is_dir():
+            shutil.copytree(path.parent / name, folder / name, dirs_exist_ok=True)
+    for name in EMPTY_FOLDERS:
+        (folder / name).mkdir(exist_ok=True)
+    target = folder / path.name
+    nbformat.write(nb, target)
+    return target
+
+
 def with_slide_metadata(nb):
     """reveal.js metadata on every cell: the title cell and each ``## `` heading start a slide."""
     for i, cell in enumerate(nb.cells):
@@ -184,7 +238,8 @@ def exporter(kind: str, edition: str):
 
 def render(path: Path, out: Path, edition: str, kind: str = "html") -> Path:
     suffix = ".slides.html" if kind == "slides" else ".html"
-    nb = handout_copy(nbformat.read(path, as_version=4), suffix)
+    nb = nbformat.read(path, as_version=4)
+    nb = handout_copy(student_cells(nb) if edition == "student" else nb, suffix)
     if kind == "slides":
         nb = with_slide_metadata(nb)
     body, _ = exporter(kind, edition).from_notebook_node(nb, resources={"metadata": {"name": path.stem}})
@@ -336,6 +391,8 @@ def cell_text(text: str) -> str:
 
 def links(stem: str, edition: str, pdf: bool) -> str:
     parts = [f"[HTML]({edition}/{stem}.html)"] + ([f"[PDF]({edition}/{stem}.pdf)"] if pdf else [])
+    if edition == "student":
+        parts.append(f"[notebook]({edition}/{stem}.ipynb)")
     return " · ".join(parts)
 
 
@@ -351,7 +408,9 @@ def write_index(out: Path, slides: bool, pdf: bool = False, paths: list[Path] | 
         rows.append(row)
     text = "\n".join([
         "# PyTorch DistributedDataParallel, hands-on: workshop handouts", "",
-        "Student editions leave out the exercise solutions; instructor editions have everything. "
+        "Student editions leave out the exercise solutions: each exercise has a starter cell and a check "
+        "cell instead (the student notebooks run in JupyterLab from `student/`, with the course's "
+        "environment); instructor editions have everything. "
         "Every page works offline: its scripts come from `assets/` in this folder.", "",
         "For the instructor: [objectives, run times, exercises and day plans](instructor.html).", "",
         *rows])
@@ -467,6 +526,7 @@ def build(out: Path, slides: bool = False, pdf: bool = False, only: list[Path] |
         for edition in EDITIONS:
             written.append(render(path, out, edition))
             to_print.append((written[-1], views))
+        written.append(write_student_notebook(path, out / "student"))
         if slides:
             written.append(render(path, out, "instructor", kind="slides"))
     if pdf:

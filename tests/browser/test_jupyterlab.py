@@ -5,6 +5,8 @@ demonstrate an error on purpose, the launch helper's live output appears, and th
 explorer renders and redraws when a control changes. Runs notebook 01's ring stepper cells and
 clicks its step button and Play. Opens the stored notebooks unrun (untrusted, as after a
 clone) and checks that every widget and figure cell shows a picture, never a widget's text repr.
+Opens notebook 02's student edition (tools/handouts.py), runs it up to its first check and sees the
+hint, then types the instructor's solution into the starter cell and sees the check pass.
 Screenshots go to build/browser/.
 
 Needs Debian's chromium (/usr/bin/chromium) and the playwright package: `make test-browser`.
@@ -85,13 +87,13 @@ def test_token_is_required(lab):
     assert info.value.code == 403
 
 
-def open_notebook(browser, lab, name):
-    """Open notebooks/NAME (of the lab's copy) in a fresh page; wait for its kernel to be idle."""
+def open_notebook(browser, lab, name, folder="notebooks"):
+    """Open FOLDER/NAME (of the lab's copy) in a fresh page; wait for its kernel to be idle."""
     base, token, root = lab
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     # a workspace of its own, reset: only this notebook is open
-    page.goto(f"{base}/lab/workspaces/{Path(name).stem}/tree/notebooks/{name}?reset&token={token}")
-    n_cells = len(json.loads((root / "notebooks" / name).read_text())["cells"])
+    page.goto(f"{base}/lab/workspaces/{folder}-{Path(name).stem}/tree/{folder}/{name}?reset&token={token}")
+    n_cells = len(json.loads((root / folder / name).read_text())["cells"])
     page.wait_for_function(f"() => document.querySelectorAll('.jp-Notebook .jp-Cell').length === {n_cells}",
                            timeout=60_000)
     select = page.locator(".jp-Dialog button", has_text="Select")
@@ -248,4 +250,63 @@ def test_ring_stepper_buttons_and_play(browser, lab):
     page.wait_for_function("(e) => Number(e.textContent.trim()) >= 2", arg=step_readout.element_handle(),
                            timeout=30_000)
     box.screenshot(path=str(SHOTS / "01_stepper.png"))
+    page.close()
+
+
+def test_student_notebook_check_gives_a_hint_then_accepts_the_solution(browser, lab):
+    """Notebook 02's student edition: its first check fails with a hint; with the solution it passes."""
+    import nbformat
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import handouts
+
+    _, _, root = lab
+    name = "02_samplers.ipynb"
+    handouts.write_student_notebook(ROOT / "notebooks" / name, root / "student")
+    cells = nbformat.read(root / "student" / name, as_version=4).cells
+    starter = next(i for i, c in enumerate(cells) if "starter" in c.metadata.get("tags", []))
+    check = starter + 1
+    assert "check" in cells[check].metadata["tags"] and cells[check].metadata["exercise"]["id"] == "02.1"
+    instructor = nbformat.read(ROOT / "notebooks" / name, as_version=4).cells
+    first = next(i for i, c in enumerate(instructor) if "exercise" in c.metadata.get("tags", []))
+    solution = instructor[first + 1]
+    assert "solution" in solution.metadata["tags"] and "check" in instructor[first + 2].metadata["tags"]
+    solution = solution.source  # exercise 1 has one solution cell
+    page = open_notebook(browser, lab, name, folder="student")
+    notebook_cells = page.locator(".jp-Notebook .jp-Cell")
+
+    def run_cell(index):
+        cell = notebook_cells.nth(index)
+        cell.scroll_into_view_if_needed()
+        cell.locator(".jp-InputArea-editor").click()
+        page.keyboard.press("Shift+Enter")
+
+    def output_of(index, text):
+        out = notebook_cells.nth(index).locator(".jp-OutputArea-output", has_text=text)
+        out.wait_for(timeout=RUN_TIMEOUT_MS)
+        return out.first.text_content()
+
+    notebook_cells.nth(check).locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Escape")  # command mode, the check cell selected
+    page.click("text=Run", timeout=10_000)
+    page.click("text=Run All Above Selected Cell", timeout=10_000)
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='busy']", state="attached", timeout=30_000)
+    page.wait_for_selector(IDLE, state="attached", timeout=RUN_TIMEOUT_MS)
+    run_cell(check)
+    hint = output_of(check, "CheckFailed")
+    assert "Exercise 02.1: `padded_len` is still `...`." in hint and "Hint:" in hint, hint
+    assert "[3, 7, 1]" not in hint
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SHOTS / "02_student_hint.png"), full_page=False)
+    # the instructor's solution, typed into the starter cell in place of its text
+    notebook_cells.nth(starter).locator(".jp-InputArea-editor").click()
+    page.keyboard.press("Control+a")
+    page.keyboard.press("Delete")
+    page.keyboard.insert_text(solution)
+    run_cell(starter)
+    page.wait_for_selector(IDLE, state="attached", timeout=60_000)
+    run_cell(check)
+    assert output_of(check, "Exercise 02.1: correct").strip() == "Exercise 02.1: correct"
+    assert notebook_cells.nth(check).locator(".jp-OutputArea-output", has_text="CheckFailed").count() == 0
+    page.screenshot(path=str(SHOTS / "02_student_correct.png"), full_page=False)
     page.close()

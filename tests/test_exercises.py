@@ -325,3 +325,24 @@ def test_messages_never_hold_the_launch_answers():
     source = inspect.getsource(exercises)
     for answer in ("359", "360", "\"max=10\"", "head_b.bias, head_b.weight", "cpu: autocast bfloat16, GradScaler off"):
         assert not re.search(rf'(?:what|hint)[^\n]*{re.escape(answer)}', source)
+
+
+def test_03_scripts_are_read_as_code_not_text(tmp_path):
+    """A docstring that mentions the guard or @record does not count as using them."""
+    import subprocess
+
+    no_guard = tmp_path / "no_guard.py"
+    no_guard.write_text('"""mp.spawn without the __main__ guard."""\nimport torch.multiprocessing as mp\n\n\n'
+                        'def worker(index):\n    print(index)\n\n\nmp.spawn(worker, nprocs=1)\n')
+    ran = subprocess.CompletedProcess([], 1, stdout="", stderr="... has finished its bootstrapping phase ...")
+    exercises.check_03_1(no_guard=ran, script=no_guard)
+    no_guard.write_text(no_guard.read_text().replace("mp.spawn(", 'if __name__ == "__main__":\n    mp.spawn('))
+    no_answer_in(failure(exercises.check_03_1, no_guard=ran, script=no_guard))
+
+    bare = tmp_path / "no_record.py"
+    bare.write_text('"""The same worker without @record."""\n\n\ndef main():\n    raise ValueError("x")\n')
+    failed = subprocess.CompletedProcess([], 1, stdout="", stderr="Root Cause\n error_file: <N/A>\n")
+    exercises.check_03_2(bare=failed, script=bare)
+    bare.write_text("from torch.distributed.elastic.multiprocessing.errors import record\n\n\n@record\n"
+                    "def main():\n    raise ValueError('x')\n")
+    no_answer_in(failure(exercises.check_03_2, bare=failed, script=bare))

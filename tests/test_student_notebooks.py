@@ -7,9 +7,9 @@ with nbclient in its own kernel, from the folder it was written to, and asserts 
 - every check cell right after it raises ``CheckFailed`` whose message names the exercise and has a
   hint (not a NameError, TypeError or any other crash).
 
-To stay fast it does not run the lessons. It runs the lesson cells the starters need (found by their
-names: each cell that defines a name a starter, or a cell already chosen, reads), then the starters and
-checks. A name that only the check call passes as context (a recorded run, a trained model) and that
+To stay fast it does not run the lessons. It runs the lesson code the starters need (found by name:
+each top-level statement of a lesson cell that defines a name a starter, or a statement already chosen,
+reads), then the starters and checks. A name that only the check call passes as context (a recorded run, a trained model) and that
 those cells do not define is bound to a placeholder: every check looks at the learner's names first,
 so with the starters' ``...`` it must fail before it reads its context (tests/test_exercises.py checks
 that for every check function with real-looking context left out). Run it alone with
@@ -50,12 +50,8 @@ for _name in {names!r}:
 '''
 
 
-def names(source: str) -> tuple[set[str], set[str]]:
-    """(defined, free) names of a cell's code, magics turned into Python first.
-
-    Free names are read and not defined in the cell (loop and comprehension variables are not free).
-    """
-    tree = ast.parse(TRANSFORM.transform_cell(source))
+def names_of(tree) -> tuple[set[str], set[str]]:
+    """(defined, free) names of a syntax tree; free: read and not defined in it (builtins left out)."""
     defined, read = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Name):
@@ -69,8 +65,31 @@ def names(source: str) -> tuple[set[str], set[str]]:
     return defined, read - defined - set(dir(builtins))
 
 
-def plan(nb) -> tuple[list, list]:
-    """(lesson cells the starters need, the exercise cells: starters and checks) in notebook order."""
+def names(source: str) -> tuple[set[str], set[str]]:
+    """(defined, free) names of a cell, its magics turned into Python first."""
+    return names_of(ast.parse(TRANSFORM.transform_cell(source)))
+
+
+def top_level_defined(node) -> set[str]:
+    """The names a top-level statement binds (not those inside its functions or comprehensions)."""
+    if isinstance(node, ast.FunctionDef | ast.ClassDef):
+        return {node.name}
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        return {(a.asname or a.name).split(".")[0] for a in node.names}
+    if isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.For | ast.With):
+        targets = node.targets if isinstance(node, ast.Assign) else (
+            [i.optional_vars for i in node.items if i.optional_vars] if isinstance(node, ast.With) else [node.target])
+        return {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return set()
+
+
+def plan(nb) -> tuple[list[str], list]:
+    """(the lesson code the starters need, the exercise cells: starters and checks) in notebook order.
+
+    The lesson code: from each cell before the exercises, the top-level statements that define a name a
+    starter (or a statement already chosen) reads, in order; everything else (launches, plots, the
+    asserts of the lessons) is skipped.
+    """
     cells = nb.cells
     first = next(i for i, c in enumerate(cells) if handouts.EXERCISE_TAG in handouts.tags(c))
     exercise = [c for c in cells[first:] if c.cell_type == "code"
@@ -78,10 +97,14 @@ def plan(nb) -> tuple[list, list]:
     needed = set().union(*(names(c.source)[1] for c in exercise if handouts.STARTER_TAG in handouts.tags(c)))
     chosen = []
     for cell in reversed([c for c in cells[:first] if c.cell_type == "code"]):
-        defined, read = names(cell.source)
-        if defined & needed:
-            chosen.append(cell)
-            needed |= read
+        code = TRANSFORM.transform_cell(cell.source)
+        picked = []
+        for node in reversed(ast.parse(code).body):
+            if top_level_defined(node) & needed:
+                picked.append(ast.get_source_segment(code, node))
+                needed |= names_of(node)[1]
+        if picked:
+            chosen.append("\n".join(picked[::-1]))
     return chosen[::-1], exercise
 
 
@@ -105,7 +128,7 @@ def test_unmodified_starters_fail_their_checks_with_a_hint(student_folder, noteb
     if not checks:
         pytest.skip(f"{notebook.name} has no check cells yet")
     run, kinds = [], []
-    for cell in lesson + exercise:
+    for cell in [nbformat.v4.new_code_cell(code) for code in lesson] + exercise:
         kind = "check" if handouts.CHECK_TAG in handouts.tags(cell) else "cell"
         if kind == "check":
             run.append(nbformat.v4.new_code_cell(PLACEHOLDER.format(names=sorted(names(cell.source)[1]))))
@@ -117,7 +140,7 @@ def test_unmodified_starters_fail_their_checks_with_a_hint(student_folder, noteb
     start = time.monotonic()
     NotebookClient(small, timeout=300, allow_errors=True, kernel_name="python3",
                    resources={"metadata": {"path": str(student_folder)}}).execute()
-    print(f"{notebook.name}: {len(lesson)} lesson cells, {len(checks)} checks, {time.monotonic() - start:.1f} s")
+    print(f"{notebook.name}: {len(lesson)} lesson cells (in part), {len(checks)} checks, {time.monotonic() - start:.1f} s")
     for kind, cell in zip(kinds, small.cells, strict=True):
         error = error_of(cell)
         if kind != "check":

@@ -19,10 +19,10 @@ help:
 	@echo "make test     - unit tests, lint and strict nbval over every notebook"
 	@echo "make test-portable - strict nbval again under another CPU kernel choice (see PORTABLE_ENV)"
 	@echo "make gpu-check - every worker script on GPUs (nccl) vs the CPU (gloo); exits 0 without GPUs"
-	@echo "make test-browser - run notebooks 00 and 02 in JupyterLab in headless Chromium (needs chromium)"
+	@echo "make test-browser - run notebooks 00 and 02 (and 02's student edition) in JupyterLab in headless Chromium (needs chromium)"
 	@echo "make execute  - re-execute every notebook in place (refresh stored outputs); NB=notebooks/03_x.ipynb for one"
 	@echo "make nav      - regenerate the previous/next navigation cells"
-	@echo "make handouts - offline HTML and A4 PDF handouts (student, instructor), slides, instructor page in build/handouts"
+	@echo "make handouts - offline HTML and A4 PDF handouts (student, instructor), student notebooks, slides, instructor page in build/handouts"
 	@echo "make bench    - performance measurements of notebook 10, outside Jupyter"
 
 # Reinstall only when the pins or the package metadata change.

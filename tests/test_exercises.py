@@ -146,15 +146,7 @@ def test_04_2():
     no_answer_in(failure(exercises.check_04_2, ddp_like=plain, weighted=plain, model=model, x=x, y=y), "1.5")
 
 
-def buckets(names_and_bytes, cap, first):
-    out, current, size = [], [], 0
-    for name, nbytes in names_and_bytes:
-        current.append(name)
-        size += nbytes
-        if size >= (first if not out else cap):
-            out.append(current)
-            current, size = [], 0
-    return out + ([current] if current else [])
+buckets = exercises._reference_buckets  # a correct answer: the walk the check itself uses
 
 
 def test_04_3():

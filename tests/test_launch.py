@@ -109,11 +109,29 @@ def test_hang_times_out_and_kills_every_process(tmp_path):
     assert not leftovers()
 
 
+# A notebook kernel installs its own SIGINT handler; the driver does the same, so the test
+# holds when the caller ignores SIGINT (`nohup make test &` hands that disposition down).
 IPYTHON_CELL = """
+import signal
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from IPython.core.interactiveshell import InteractiveShell
 shell = InteractiveShell.instance(colors="nocolor")
 shell.run_cell({cell!r})
 """
+
+
+def kill_tree(proc):
+    """SIGKILL ``proc`` and every process below it (no-op for those already gone)."""
+    try:
+        family = psutil.Process(proc.pid).children(recursive=True) + [psutil.Process(proc.pid)]
+    except psutil.NoSuchProcess:
+        return
+    for p in family:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    proc.wait(timeout=10)
 
 
 def in_ipython(cell):
@@ -127,12 +145,15 @@ def test_interrupt_kills_every_process_and_says_so(tmp_path):
     script = write(tmp_path, "hang_int", HANG)
     driver = in_ipython("from ddp_helpers import torchrun\n"
                         f"torchrun({str(script)!r}, nproc=2, args=[{str(tmp_path)!r}], timeout=120)")
-    deadline = time.monotonic() + 60
-    while len(list(tmp_path.glob("started*"))) < 2:
-        assert time.monotonic() < deadline and driver.poll() is None, "workers never started"
-        time.sleep(0.2)
-    driver.send_signal(signal.SIGINT)  # what Jupyter's stop button sends the kernel
-    shown, _ = driver.communicate(timeout=30)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob("started*"))) < 2:
+            assert time.monotonic() < deadline and driver.poll() is None, "workers never started"
+            time.sleep(0.2)
+        driver.send_signal(signal.SIGINT)  # what Jupyter's stop button sends the kernel
+        shown, _ = driver.communicate(timeout=30)
+    finally:
+        kill_tree(driver)  # a failed run leaves nothing behind for the next tests
     time.sleep(0.5)
     assert not leftovers()
     assert "LaunchStopped: stopped: all 2 ranks terminated" in shown

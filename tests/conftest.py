@@ -30,7 +30,7 @@ def ranks_json(tmp_path):
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "restarts: repeated torchrun restart launches (about 2 minutes); run by `make unit`")
+        "markers", "restarts: torchrun restart launches; once in `make unit`, repeated by `make stress`")
     config.addinivalue_line(
         "markers", "student_notebooks: each student notebook's starters and checks in a kernel "
         "(tests/test_student_notebooks.py); run by `make unit`, alone with `pytest -m student_notebooks`")

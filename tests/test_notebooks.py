@@ -1,7 +1,10 @@
 """Static checks of the committed notebooks: executed, tidy, navigable, following the template."""
 
 import json
+import os
+import platform
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +48,93 @@ def test_no_machine_paths_in_outputs(notebook):
         for out in cell.get("outputs", []):
             text = json.dumps(out)  # tracebacks too: make execute shortens their paths
             assert not MACHINE_PATH.search(text), f"cell {i} output shows a path of this machine"
+
+
+# Compared text (what strict nbval checks) must read the same on every machine: nothing of
+# the machine's shape (notebooks/README.md, "Every machine").
+# A reading ("cpu cores 2", "cuda devices: 0") or a count of this machine's CPUs; "N GPUs" only
+# when N is this machine's count (the series prints hypothetical GPU counts: 2, 4, 8 GPUs).
+_READING = re.compile(r"\b(?:cpu cores|cores|cpus|cpu count|cpu_count|gpus|cuda devices|device_count\(\))"
+                      r"[\s:=|]*\d+", re.I)
+_CPUS = re.compile(r"\b\d+\s*(?:logical )?(?:cpus|cores)\b", re.I)
+_GPUS = re.compile(r"\b(\d+)\s*(?:gpus|cuda devices)\b", re.I)
+_LOCAL_BUILD = re.compile(r"\b\d+\.\d+\.\d+\+(?:cpu|cu\d+|rocm[\d.]+|xpu)\b")
+
+
+def machine_facts():
+    """This machine's shape: strings that must not appear in compared output, and its GPU count."""
+    import torch
+
+    facts = {"Python release": platform.python_version(), "GPU count": str(torch.cuda.device_count())}
+    host = socket.gethostname()
+    if len(host) >= 4:
+        facts["hostname"] = host
+    return facts
+
+
+def _ignored(cell):
+    first = source(cell).lstrip().splitlines()[:1]
+    markers = ("# NBVAL_IGNORE_OUTPUT", "# NBVAL_SKIP")
+    return bool(first and first[0].startswith(markers)) or bool(
+        {"nbval-ignore-output", "nbval-skip"} & set(tags(cell)))
+
+
+def compared_texts(nb_cells):
+    """(cell index, text) of every output strict nbval compares (stderr is not compared)."""
+    for i, cell in enumerate(nb_cells):
+        if cell["cell_type"] != "code" or _ignored(cell):
+            continue
+        for out in cell.get("outputs", []):
+            if out["output_type"] == "stream" and out["name"] == "stdout":
+                yield i, "".join(out["text"])
+            elif out["output_type"] in ("execute_result", "display_data"):
+                yield i, "".join(out.get("data", {}).get("text/plain", ""))
+            elif out["output_type"] == "error":
+                yield i, f"{out['ename']}: {out['evalue']}"
+
+
+def machine_shape(nb_cells, facts=None):
+    """What of a machine's shape the compared outputs hold: [(cell, what, text)]."""
+    facts = machine_facts() if facts is None else facts
+    found = []
+    for i, text in compared_texts(nb_cells):
+        for what in ("Python release", "hostname"):
+            value = facts.get(what)
+            if value and re.search(rf"(?<![\w.]){re.escape(value)}(?![\w.]*\d)", text):
+                found.append((i, what, value))
+        found += [(i, "torch build suffix", m.group()) for m in _LOCAL_BUILD.finditer(text)]
+        found += [(i, "a core or GPU reading", m.group()) for m in _READING.finditer(text)]
+        found += [(i, "core count", m.group()) for m in _CPUS.finditer(text)]
+        found += [(i, "GPU count", m.group()) for m in _GPUS.finditer(text)
+                  if m.group(1) == facts.get("GPU count")]
+    return found
+
+
+def test_compared_outputs_hold_no_machine_shape(notebook):
+    found = machine_shape(cells(notebook))
+    assert not found, f"compared output shows the machine (ignore the cell's output, assert its facts): {found}"
+
+
+def _planted(text, ignore=False):
+    src = ["# NBVAL_IGNORE_OUTPUT\n" if ignore else "", "print(report)"]
+    return [{"cell_type": "code", "metadata": {}, "source": src,
+             "outputs": [{"output_type": "stream", "name": "stdout", "text": [text]}]}]
+
+
+@pytest.mark.parametrize("text", [
+    f"python {platform.python_version()}", "torch 2.13.0+cpu", "torch 2.13.0+cu128", "cpu cores 2",
+    f"{os.cpu_count()} CPUs", "cuda devices 0", "GPUs: 4", "4 GPUs visible", f"host {socket.gethostname()}"])
+def test_machine_shape_guard_catches_a_planted_machine_string(text):
+    facts = {**machine_facts(), "hostname": socket.gethostname(), "GPU count": "4"}
+    assert machine_shape(_planted(text), facts), text
+    assert not machine_shape(_planted(text, ignore=True), facts)  # shown, not compared: allowed
+
+
+def test_machine_shape_guard_passes_portable_text():
+    for text in ["torch 2.13.0 | gloo available: True", "rank=0 world=2 sum=3", "python 3.11 or newer: True",
+                 "[rank 1] 2 processes, 4 steps", "shape (8, 5)", "8 GPUs: tutorial {0: (0, 1)}"]:
+        facts = {"Python release": "3.11.7", "hostname": "ws-lab-07", "GPU count": "0"}
+        assert not machine_shape(_planted(text), facts), text
 
 
 def test_code_cells_are_short(notebook):

@@ -5,14 +5,22 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 # Notebooks run without live widgets when executed headless (nbval, nbconvert);
 # matplotlib keeps the kernel's inline backend so figures are stored as PNGs.
-NB_ENV  := DDP_HELPERS_LIVE=quiet PYTHONHASHSEED=0
+# The CPU path on every machine: with GPUs hidden (CUDA_VISIBLE_DEVICES empty: torch sees none, in the
+# kernel and in every worker) and gloo forced (the runtime's DDP_BACKEND switch), a GPU box runs
+# and stores what a laptop does. The GPU path is `make gpu-check`.
+CPU_ENV := CUDA_VISIBLE_DEVICES= DDP_BACKEND=gloo
+NB_ENV  := $(CPU_ENV) DDP_HELPERS_LIVE=quiet PYTHONHASHSEED=0
 NBVAL   := --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout=300
+# Two notebooks at a time (pytest-xdist; --dist loadfile keeps each notebook's cells in order, in one
+# kernel). Notebooks share no files: scripts/NN_* and runs/NN_* carry their number. NBVAL_JOBS=0: one at a time.
+NBVAL_JOBS ?= 2
+NBVAL_PAR := $(if $(filter-out 0,$(NBVAL_JOBS)),-n $(NBVAL_JOBS) --dist loadfile)
 NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 # Another machine's kernels: ATen without vector code, MKL and oneDNN at SSE4 level, random
 # string hashing. The stored outputs must still match (notebooks/README.md, "Every machine").
 PORTABLE_ENV := ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 PYTHONHASHSEED=random
 
-.PHONY: help venv lab test test-portable test-browser gpu-check unit nbval lint execute nav bench handouts clean
+.PHONY: help venv lab test test-portable test-browser gpu-check unit nbval lint execute nav bench handouts clean stress
 
 help:
 	@echo "make lab      - set up .venv if needed and open JupyterLab on notebooks/ (127.0.0.1, token on)"
@@ -24,13 +32,58 @@ help:
 	@echo "make nav      - regenerate the previous/next navigation cells"
 	@echo "make handouts - offline HTML and A4 PDF handouts (student, instructor), student notebooks, slides, instructor page in build/handouts"
 	@echo "make bench    - performance measurements of notebook 10, outside Jupyter"
+	@echo "make stress   - repeated launches for failure rates (restarts x STRESS_REPEATS), not part of make test"
+	@echo "make lock     - regenerate requirements.lock from requirements.txt (pip-compile); UPGRADE=1 for the newest versions"
 
-# Reinstall only when the pins or the package metadata change.
-$(STAMP): requirements.txt pyproject.toml
+# The Python that requirements.lock is made and tested for: any 3.11 release (numpy 2.4 and others
+# need 3.11; the lock is made with the oldest release tested, Debian 12's 3.11.2, so that no pin needs
+# a later one). Checked before anything is created or installed.
+PY_WANT   := Python 3.11
+PY_OK     := 3.11.*
+PY_ADVICE := install it, or pass PY=/path/to/python3.11, or use conda env create -f environment.yml
+# $(call need_python,INTERPRETER,ADVICE): a shell command that fails with a message unless INTERPRETER is $(PY_WANT).
+need_python = v=$$($(1) -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null); \
+	case "$$v" in $(PY_OK)) ;; *) echo "make needs $(PY_WANT), found $${v:-no working Python} at $(1): $(2)" >&2; exit 1;; esac
+# $(call python_ok,VENV): check VENV's own Python if VENV exists, else $(PY), which will create it.
+python_ok = if test -x $(1)/bin/python; then $(call need_python,$(1)/bin/python,remove $(1) and run make again with PY=/path/to/python3.11); \
+	else $(call need_python,$(PY),$(PY_ADVICE)); fi
+
+# Reinstall only when the pins, the lock or the package metadata change. requirements.txt says what
+# is installed, requirements.lock (a constraints file) the version of every package that pulls in.
+$(STAMP): requirements.txt requirements.lock pyproject.toml
+	@$(call python_ok,$(VENV))
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -r requirements.txt
+	$(BIN)/python -m pip install -q -r requirements.txt -c requirements.lock
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
+
+# requirements.lock from requirements.txt: pip-tools' pip-compile, in a tool venv under build/ made with
+# $(PY) (make it with the oldest 3.11 release supported: make lock PY=/usr/bin/python3.11 on Debian 12,
+# whose 3.11.2 is; pip-compile then picks only versions that install there), resolves with pip (so it sees the same torch wheels as make venv). It keeps the lock's pins
+# where they still fit; UPGRADE=1 takes the newest. torch's local suffix (+cpu) is dropped so that a
+# CUDA build of the same version satisfies the lock too. Where pip sees no CPU wheel of torch, it
+# resolves PyPI's CUDA build and make lock stops: add LOCK_ARGS='--extra-index-url <PyTorch's CPU index>'.
+PIP_TOOLS := build/pip-tools
+.PHONY: lock
+lock:
+	@$(call python_ok,$(PIP_TOOLS))
+	test -x $(PIP_TOOLS)/bin/pip-compile || { $(PY) -m venv $(PIP_TOOLS) && $(PIP_TOOLS)/bin/pip install -q pip-tools==7.6.2; }
+	cp requirements.lock build/requirements.lock 2>/dev/null || true
+	CUSTOM_COMPILE_COMMAND="make lock" $(PIP_TOOLS)/bin/pip-compile -q --allow-unsafe --strip-extras \
+	  --no-emit-index-url --no-emit-find-links --no-emit-trusted-host $(if $(UPGRADE),--upgrade) $(LOCK_ARGS) \
+	  -o build/requirements.lock requirements.txt
+	@! grep -Eq '^(nvidia-|cuda-|triton==)' build/requirements.lock || { echo "make lock: pip-compile \
+	resolved the CUDA build of torch (nvidia-* pins in build/requirements.lock); make the CPU wheel visible with \
+	LOCK_ARGS='--extra-index-url https://download.pytorch.org/whl/cpu'" >&2; exit 1; }
+	{ printf '%s\n' \
+	  '# Every package that make venv installs, at one version. Generated: do not edit. Change' \
+	  '# requirements.txt (the direct pins), then run make lock (pip-compile of pip-tools, Python 3.11;' \
+	  '# make lock UPGRADE=1 for the newest versions). make venv and environment.yml install' \
+	  '# -r requirements.txt -c requirements.lock.' \
+	  '# torch: pip-compile resolved the CPU wheel (2.13.0+cpu); make lock drops the +cpu, so the pin' \
+	  '# accepts the CPU build and a CUDA build (PyPI 2.13.0, or 2.13.0+cuXXX from PyTorch) alike. The' \
+	  '# CUDA packages such a build adds (nvidia-*, cuda-*, triton) are not pinned here: torch pins them.'; \
+	  sed -E 's/^(torch==[^+[:space:]]+)\+[^[:space:]]+$$/\1/' build/requirements.lock; } > requirements.lock
 
 venv: $(STAMP)
 
@@ -48,19 +101,24 @@ lab: $(STAMP) $(LAB_SETTINGS)
 test: $(STAMP) lint unit nbval
 
 unit: $(STAMP)
-	$(BIN)/python -m pytest -q tests --ignore=tests/browser
+	$(CPU_ENV) $(BIN)/python -m pytest -q tests --ignore=tests/browser
 
 # A learner's session in headless Chromium (Debian's chromium package; .ci/run installs it).
 test-browser: $(STAMP) $(LAB_SETTINGS)
-	$(BIN)/python -m pytest -q tests/browser
+	$(CPU_ENV) $(BIN)/python -m pytest -q tests/browser
 
 nbval: $(STAMP)
-	$(NB_ENV) $(BIN)/python -m pytest -q $(NBVAL) $(NOTEBOOKS)
+	$(NB_ENV) $(BIN)/python -m pytest -q $(NBVAL_PAR) $(NBVAL) $(NOTEBOOKS)
 	@# the worker scripts the notebooks just wrote (git-ignored, so named explicitly)
 	$(BIN)/ruff check --no-respect-gitignore --ignore I001 notebooks/scripts
 
 test-portable: $(STAMP)
-	$(PORTABLE_ENV) DDP_HELPERS_LIVE=quiet $(BIN)/python -m pytest -q $(NBVAL) $(NOTEBOOKS)
+	$(CPU_ENV) $(PORTABLE_ENV) DDP_HELPERS_LIVE=quiet $(BIN)/python -m pytest -q $(NBVAL_PAR) $(NBVAL) $(NOTEBOOKS)
+
+# Repetitions for rates, kept out of make test (which runs each once): the plain-script restart ten times.
+STRESS_REPEATS ?= 10
+stress: $(STAMP)
+	$(CPU_ENV) STRESS_REPEATS=$(STRESS_REPEATS) $(BIN)/python -m pytest -q -m restarts tests/test_launch.py
 
 # ONLY=regex limits it to some scripts, e.g. make gpu-check ONLY=04_
 gpu-check: $(STAMP)

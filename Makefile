@@ -32,7 +32,7 @@ help:
 	@echo "make nav      - regenerate the previous/next navigation cells"
 	@echo "make handouts - offline HTML and A4 PDF handouts (student, instructor), student notebooks, slides, instructor page in build/handouts"
 	@echo "make bench    - performance measurements of notebook 10, outside Jupyter"
-	@echo "make stress   - repeated launches for failure rates (restarts x STRESS_REPEATS), not part of make test"
+	@echo "make stress   - repeated launches for failure rates (restarts, plain-script exit aborts), not in make test"
 	@echo "make lock     - regenerate requirements.lock from requirements.txt (pip-compile); UPGRADE=1 for the newest versions"
 
 # The Python that requirements.lock is made and tested for: any 3.11 release (numpy 2.4 and others
@@ -100,8 +100,12 @@ lab: $(STAMP) $(LAB_SETTINGS)
 
 test: $(STAMP) lint unit nbval
 
+# The unit tests two files at a time, too (a file's tests stay in order in one worker: test_launch.py's
+# orphan check sees only its own launches). UNIT_JOBS=0: one at a time.
+UNIT_JOBS ?= 2
 unit: $(STAMP)
-	$(CPU_ENV) $(BIN)/python -m pytest -q tests --ignore=tests/browser
+	$(CPU_ENV) $(BIN)/python -m pytest -q $(if $(filter-out 0,$(UNIT_JOBS)),-n $(UNIT_JOBS) --dist loadfile) \
+	  tests --ignore=tests/browser
 
 # A learner's session in headless Chromium (Debian's chromium package; .ci/run installs it).
 test-browser: $(STAMP) $(LAB_SETTINGS)
@@ -115,10 +119,13 @@ nbval: $(STAMP)
 test-portable: $(STAMP)
 	$(CPU_ENV) $(PORTABLE_ENV) DDP_HELPERS_LIVE=quiet $(BIN)/python -m pytest -q $(NBVAL_PAR) $(NBVAL) $(NOTEBOOKS)
 
-# Repetitions for rates, kept out of make test (which runs each once): the plain-script restart ten times.
+# Repetitions for rates, kept out of make test (which runs each once): the plain-script restart
+# STRESS_REPEATS times, and STRESS_LAUNCHES launches of the walkthrough's DDP scripts counting exit aborts.
 STRESS_REPEATS ?= 10
+STRESS_LAUNCHES ?= 200
 stress: $(STAMP)
 	$(CPU_ENV) STRESS_REPEATS=$(STRESS_REPEATS) $(BIN)/python -m pytest -q -m restarts tests/test_launch.py
+	$(CPU_ENV) $(BIN)/python tools/teardown_stress.py --launches $(STRESS_LAUNCHES)
 
 # ONLY=regex limits it to some scripts, e.g. make gpu-check ONLY=04_
 gpu-check: $(STAMP)

@@ -53,6 +53,9 @@ def main(argv=None) -> int:
             runs[script.name] += 1
             codes[script.name][code] += 1
             aborts[script.name] += code != 0 or terminated
+            if code != 0 or terminated or (i + 1) % 10 == 0:  # progress, for a run stopped early
+                print(f"launch {i + 1}: {script.name} exit {code}{' (terminate called)' if terminated else ''}; "
+                      f"{sum(aborts.values())} aborts so far", flush=True)
     for name in runs:
         print(f"{name}: {aborts[name]} aborts in {runs[name]} launches (exit codes {dict(codes[name])})")
     print(f"teardown stress: {sum(aborts.values())} aborts in {sum(runs.values())} launches")

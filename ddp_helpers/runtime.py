@@ -154,7 +154,10 @@ def wait_for_gloo_workers(timeout_s: float = 5.0, settle: int = 3) -> bool:
     after the rank finished its work (seen with gdb: thread pt_gloo_runloop in
     ~AsyncAllreduceWork -> take_gil -> PyThread_exit_thread). ``destroy_process_group``
     joins those threads only when nothing else holds the group; a DDP model (its
-    Reducer) or an FSDP2 model (its mesh) keeps it alive until interpreter exit.
+    Reducer), an FSDP2 model (its mesh) and torch.distributed.nn.functional (its
+    default ``group=group.WORLD`` arguments, bound when the first optimizer or DDP model
+    imports it after init) keep it alive until interpreter exit. Plain scripts avoid
+    both (notebook 04, "Ending the group"); this wait is the mend for the rest.
     Outside Linux the state cannot be read and this sleeps 50 ms instead.
     """
     if _busy_gloo_workers() is None:
@@ -177,8 +180,9 @@ def teardown() -> None:
        a gloo worker thread (a barrier waits for all earlier work of the group);
     2. ``destroy_process_group()``, then ``gc.collect()``: a group nothing else holds
        is freed here, which joins its worker threads;
-    3. wait until the gloo worker threads that live on (held by a DDP or FSDP model)
-       have released the last collective's tensors (``wait_for_gloo_workers``).
+    3. wait until the gloo worker threads that live on (the group held by a DDP or FSDP
+       model, or by torch.distributed.nn.functional's defaults) have released the last
+       collective's tensors (``wait_for_gloo_workers``).
     """
     if not (dist.is_available() and dist.is_initialized()):
         return

@@ -132,7 +132,7 @@ def test_machine_shape_guard_catches_a_planted_machine_string(text):
 
 def test_machine_shape_guard_passes_portable_text():
     for text in ["torch 2.13.0 | gloo available: True", "rank=0 world=2 sum=3", "python 3.11 or newer: True",
-                 "[rank 1] 2 processes, 4 steps", "shape (8, 5)", "8 GPUs: tutorial {0: (0, 1)}"]:
+                 "[rank 1] 2 processes, 4 steps", "shape (8, 5)", "8 GPUs: modulo  {0: (0, 1)}"]:
         facts = {"Python release": "3.11.7", "hostname": "ws-lab-07", "GPU count": "0"}
         assert not machine_shape(_planted(text), facts), text
 

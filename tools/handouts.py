@@ -32,11 +32,13 @@ import copy
 import hashlib
 import json
 import math
+import multiprocessing
 import os
 import re
 import shutil
 import subprocess
 import sys
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -514,6 +516,14 @@ def write_instructor_page(out: Path, paths: list[Path] | None = None) -> Path:
 
 # --- the whole build -------------------------------------------------------------------------
 
+def _pages_of(job: tuple[Path, Path, bool]) -> tuple[list[Path], int, list[Path]]:
+    """One notebook's HTML editions, its number of widget views, and its slides (if asked for)."""
+    path, out, slides = job
+    views = widget_views(nbformat.read(path, as_version=4))
+    pages = [render(path, out, edition) for edition in EDITIONS]
+    return pages, views, [render(path, out, "instructor", kind="slides")] if slides else []
+
+
 def build(out: Path, slides: bool = False, pdf: bool = False, only: list[Path] | None = None,
           assets: bool = True) -> list[Path]:
     """Every edition of every notebook (or of those in ``only``), the index and the instructor page.
@@ -521,14 +531,19 @@ def build(out: Path, slides: bool = False, pdf: bool = False, only: list[Path] |
     ``assets=False`` leaves out the browser libraries (and so the npm install): pages to read as text.
     """
     written, to_print, paths = [copy_assets(out)] if assets or pdf else [], [], only or notebooks()
-    for path in paths:
-        views = widget_views(nbformat.read(path, as_version=4))
-        for edition in EDITIONS:
-            written.append(render(path, out, edition))
-            to_print.append((written[-1], views))
-        written.append(write_student_notebook(path, out / "student"))
-        if slides:
-            written.append(render(path, out, "instructor", kind="slides"))
+    # The pages of one notebook per process (nbconvert is single-threaded; each page is a file of its
+    # own); spawn, not fork: the caller (a test run, a kernel) may have threads. The student notebooks
+    # share copied folders, so they are written here, one after another.
+    workers = min(len(paths), os.cpu_count() or 1)
+    jobs = [(path, out, slides) for path in paths]
+    if workers > 1:
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            results = list(pool.map(_pages_of, jobs))
+    else:
+        results = [_pages_of(job) for job in jobs]
+    for path, (pages, views, slide_pages) in zip(paths, results, strict=True):
+        written += [*pages, write_student_notebook(path, out / "student"), *slide_pages]
+        to_print += [(page, views) for page in pages]
     if pdf:
         written += print_pdfs(to_print)
     written += [write_index(out, slides, pdf, paths), write_instructor_page(out, paths)]

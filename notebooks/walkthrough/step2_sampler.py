@@ -5,6 +5,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # now: imported after init (by SGD, by DDP), it keeps the group alive
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, DistributedSampler
 

@@ -5,6 +5,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # now: imported after init (by SGD, by DDP), it keeps the group alive
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
@@ -42,6 +43,8 @@ def main():
         print(f"epoch {epoch}: last batch loss {loss.item():.4f}")
     out.mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), out / "model.pt")
+    dist.barrier()  # every rank is done with the group before any rank frees it
+    del model  # DDP holds the group: drop it, and destroy_process_group() frees it
     dist.destroy_process_group()
 
 

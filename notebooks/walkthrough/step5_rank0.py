@@ -5,6 +5,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # now: imported after init (by SGD, by DDP), it keeps the group alive
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
@@ -48,6 +49,7 @@ def main():
         out.mkdir(parents=True, exist_ok=True)
         torch.save(model.module.state_dict(), out / "model.pt")  # without the "module." prefix
     dist.barrier()  # nobody leaves (or reads the file) before it is written
+    del model  # DDP holds the group: drop it, and destroy_process_group() frees it
     dist.destroy_process_group()
 
 

@@ -5,7 +5,10 @@ simulated node (normally one), streams every rank's output live, and when the
 run ends prints a deterministic rank-ordered summary of what each rank wrote to
 stdout. A failing rank raises :class:`WorkerFailed` naming the rank, its exit
 code and the tail of its traceback. A timeout or an interrupt (the notebook's
-stop button) terminates every process the launch started: no orphans.
+stop button) terminates every process the launch started: no orphans. So does a
+killed kernel, on Linux: each agent starts under ``setpriv --pdeathsig TERM``.
+The command printed before a launch is derived from the one that runs
+(:class:`LaunchPlan`), less the flags the launcher adds for itself.
 
 In a notebook, these errors' tracebacks show the learner's cell and the failing rank's
 traceback, not this module's frames: ``torchrun`` registers an IPython handler for its own
@@ -20,6 +23,7 @@ import os
 import queue
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -156,15 +160,67 @@ def _script_part(script, script_args) -> list[str]:
     return ["--", str(script), *script_args] if script_args else [str(script)]
 
 
-def _shell_command(script, nproc, nnodes, torchrun_args, script_args, shown_env=None) -> str:
-    parts = [f"{k}={v}" for k, v in (shown_env or {}).items()] + ["torchrun"]
-    if nnodes == 1:
-        parts.append("--standalone")
-    else:
-        parts += [f"--nnodes={nnodes}", "--rdzv-backend=c10d",
-                  "--rdzv-endpoint=127.0.0.1:<PORT>"]
-    parts += [f"--nproc-per-node={nproc}", *torchrun_args, *_script_part(script, script_args)]
-    return " ".join(p if "<" in p else shlex.quote(p) for p in parts)  # <...>: placeholders
+# The program torchrun is: the printed "torchrun" runs as this Python's torch.distributed.run
+# (the same entry point; it also works where the console script is not on PATH).
+_TORCHRUN = (sys.executable, "-m", "torch.distributed.run")
+# The flags the launcher adds for itself (LaunchPlan.own) are left out of the printed command:
+# --tee=3 copies the workers' output to the agent's, where the launcher reads it with torchrun's
+# rank prefixes; simulated nodes bind their agents to loopback and share a rendezvous id.
+_PORT_SHOWN = "<PORT>"
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """A launch as data: the command line every agent runs, and the printed command derived from it.
+
+    ``argv()`` is what runs (each simulated node runs the same line); ``shown`` is that line read
+    back by :func:`shown_command`: ``torchrun`` for the program, the launcher's own flags (``own``)
+    left out, the rendezvous port as <PORT>, and the variables the launcher sets in front.
+    """
+
+    flags: tuple[str, ...]        # torchrun's flags, printed
+    script: tuple[str, ...]       # the worker script and its arguments
+    own: tuple[str, ...]          # flags for the launcher itself, not printed
+    port: int | None = None       # the rendezvous port of simulated nodes (None: --standalone)
+    shown_env: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def make(cls, script, nproc: int, nnodes: int, torchrun_args=(), script_args=(),
+             shown_env: dict[str, str] | None = None, port: int | None = None) -> LaunchPlan:
+        if nnodes == 1:
+            flags, own, port = ["--standalone"], ("--tee=3",), None
+        else:
+            port = free_port() if port is None else port
+            # No --node-rank: the c10d rendezvous numbers the agents itself and torchrun ignores
+            # the flag for it (torch/distributed/run.py, config_from_args: only "static" reads it).
+            flags = [f"--nnodes={nnodes}", "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}"]
+            own = ("--tee=3", "--local-addr=127.0.0.1", f"--rdzv-id=nb{os.getpid()}")
+        flags += [f"--nproc-per-node={nproc}", *torchrun_args]
+        return cls(tuple(flags), tuple(_script_part(script, script_args)), own, port,
+                   tuple((shown_env or {}).items()))
+
+    def argv(self) -> list[str]:
+        return [*_TORCHRUN, *self.own, *self.flags, *self.script]
+
+    @property
+    def shown(self) -> str:
+        return shown_command(self.argv(), self.own, self.port, dict(self.shown_env))
+
+
+def shown_command(argv, own=(), port=None, shown_env=None) -> str:
+    """A torchrun command line as a learner would type it: ``torchrun`` for the program, without
+    the flags in ``own``, the rendezvous port as <PORT>, the variables in ``shown_env`` in front."""
+    argv = list(argv)
+    if tuple(argv[:len(_TORCHRUN)]) != _TORCHRUN:
+        raise ValueError(f"not a torchrun command line: {argv[:3]!r}")
+    rest = argv[len(_TORCHRUN):]
+    for flag in own:  # the launcher's flags come first, before torchrun's own and the script
+        rest.remove(flag)
+    if port is not None:
+        rest = [f"--rdzv-endpoint=127.0.0.1:{_PORT_SHOWN}" if a == f"--rdzv-endpoint=127.0.0.1:{port}" else a
+                for a in rest]
+    parts = [f"{k}={v}" for k, v in (shown_env or {}).items()] + ["torchrun", *rest]
+    return " ".join(p if _PORT_SHOWN in p else shlex.quote(p) for p in parts)  # <PORT>: a placeholder
 
 
 _ARG_TYPES = (str, int, float, os.PathLike)
@@ -292,14 +348,14 @@ def _in_kernel() -> bool:
     return ip is not None and "IPKernelApp" in getattr(ip, "config", {})
 
 
-def _set_pdeathsig():
-    """Ask Linux to SIGTERM the agent if the notebook kernel dies."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+def _with_parent_death_signal(argv: list[str]) -> list[str]:
+    """``argv`` run so that Linux SIGTERMs the agent if the process that started it dies (a killed
+    notebook kernel): util-linux's ``setpriv --pdeathsig`` sets PR_SET_PDEATHSIG and then execs the
+    agent, which on SIGTERM stops its workers. It is set in the new process, not through Popen's
+    preexec_fn, which Python documents as unsafe in a process with threads (a kernel has several).
+    Without setpriv (not Linux, or util-linux missing) the agent runs as it is."""
+    setpriv = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+    return [setpriv, "--pdeathsig", "TERM", "--", *argv] if setpriv else list(argv)
 
 
 def _pump(stream, tag, q):
@@ -383,12 +439,20 @@ def torchrun(
     if parsed.max_restarts > 0 and SHARE_STORE_SWITCH not in env and SHARE_STORE_SWITCH not in os.environ:
         env[SHARE_STORE_SWITCH] = "1"  # a fresh store per attempt, see SHARE_STORE_SWITCH
     shown_env = {SHARE_STORE_SWITCH: env[SHARE_STORE_SWITCH]} if SHARE_STORE_SWITCH in env else {}
-    shown = _shell_command(script, nproc, nnodes, torchrun_args, script_args, shown_env)
-    print(f"$ {shown}", flush=True)
+    plan = LaunchPlan.make(script, nproc, nnodes, torchrun_args, script_args, shown_env)
+    print(f"$ {plan.shown}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="ddp_failures_") as failures_dir:  # removed on every path
+        return _run(plan, path, nproc, nnodes, script_args, env, caller_env, torchrun_args, timeout,
+                    live_mode, summary, failures_dir)
 
-    failures_dir = tempfile.TemporaryDirectory(prefix="ddp_failures_")
+
+def _run(plan, path, nproc, nnodes, script_args, env, caller_env, torchrun_args, timeout, live_mode,
+         summary, failures_dir) -> LaunchResult:
+    """Start the plan's agents, stream their output, and return or raise as torchrun() says."""
+    __tracebackhide__ = True
+    shown = plan.shown
     child_env = {**os.environ, **env}
-    child_env[FAILURES_ENV] = failures_dir.name
+    child_env[FAILURES_ENV] = failures_dir
     child_env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = _PREFIX_TEMPLATE
     child_env.setdefault("PYTHONUNBUFFERED", "1")
     child_env.pop("DDP_HELPERS_LIVE", None)
@@ -397,18 +461,7 @@ def torchrun(
     if sys.platform.startswith("linux") and os.path.exists("/sys/class/net/lo"):
         child_env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # keep gloo on loopback
 
-    base = [sys.executable, "-m", "torch.distributed.run", "--tee=3",
-            f"--nproc-per-node={nproc}"]
-    if nnodes == 1:
-        commands = [base + ["--standalone"]]
-    else:
-        endpoint = f"127.0.0.1:{free_port()}"
-        # No --node-rank: the c10d rendezvous numbers the agents itself and torchrun ignores
-        # the flag for it (torch/distributed/run.py, config_from_args: only "static" reads it).
-        commands = [base + [f"--nnodes={nnodes}", "--rdzv-backend=c10d",
-                            f"--rdzv-endpoint={endpoint}", "--local-addr=127.0.0.1",
-                            f"--rdzv-id=nb{os.getpid()}"] for _ in range(nnodes)]
-    commands = [c + list(torchrun_args) + _script_part(path, script_args) for c in commands]
+    commands = [_with_parent_death_signal(plan.argv()) for _ in range(nnodes)]
 
     write_live = _live_sink(live_mode)
     q: queue.Queue = queue.Queue()
@@ -419,8 +472,7 @@ def torchrun(
     try:
         for cmd in commands:
             p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 env=child_env, start_new_session=True, bufsize=1,
-                                 preexec_fn=_set_pdeathsig if sys.platform.startswith("linux") else None)
+                                 env=child_env, start_new_session=True, bufsize=1)
             procs.append(p)
             for tag, stream in (("out", p.stdout), ("err", p.stderr)):
                 threading.Thread(target=_pump, args=(stream, tag, q), daemon=True).start()
@@ -448,8 +500,13 @@ def torchrun(
                 bucket.setdefault(rank, []).append(text)
             else:
                 agent_log.append(line)
-        for p in procs:
-            p.wait(timeout=max(1.0, timeout - (time.monotonic() - start)))
+        for p in procs:  # their output has ended; a process that still does not exit is a timeout too
+            try:
+                p.wait(timeout=max(1.0, timeout - (time.monotonic() - start)))
+            except subprocess.TimeoutExpired:
+                raise LaunchTimeout(
+                    f"run exceeded timeout={timeout}s after its output ended; all {nproc * nnodes} ranks "
+                    "were terminated. Raise timeout= for longer runs.") from None
     except KeyboardInterrupt:
         terminate(procs)
         # a new exception, so the traceback ends here and not in queue.get's wait
@@ -462,11 +519,8 @@ def torchrun(
         result.agent_log = agent_log
     codes = [p.returncode for p in procs]
     _record_launch(path, nproc, nnodes, script_args, caller_env, torchrun_args, timeout, codes)
-    try:
-        if any(codes):
-            raise _failure(result, "".join(agent_log), shown, codes, failures_dir.name)
-    finally:
-        failures_dir.cleanup()
+    if any(codes):
+        raise _failure(result, "".join(agent_log), shown, codes, failures_dir)
     if summary:
         print_summary(result)
     return result

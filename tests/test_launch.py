@@ -1,5 +1,6 @@
 """Reliability of the torchrun launcher: failures are named, nothing hangs, nothing is left running."""
 
+import contextlib
 import json
 import os
 import signal
@@ -392,7 +393,90 @@ def test_launches_are_recorded_for_gpu_check(tmp_path, monkeypatch):
 
 
 def test_simulated_nodes_pass_no_node_rank():
-    from ddp_helpers.launch import _shell_command
+    from ddp_helpers.launch import LaunchPlan
 
-    shown = _shell_command("w.py", 2, 2, [], [])
-    assert "--node-rank" not in shown and "--nnodes=2 --rdzv-backend=c10d" in shown
+    plan = LaunchPlan.make("w.py", 2, 2, port=29999)
+    assert "--node-rank" not in plan.shown and "--nnodes=2 --rdzv-backend=c10d" in plan.shown
+    assert "--rdzv-endpoint=127.0.0.1:<PORT>" in plan.shown and "--rdzv-endpoint=127.0.0.1:29999" in plan.argv()
+
+
+AGENT_ARGV = """
+    import json, os
+    if os.environ["RANK"] == "0":  # the agent (this worker's parent) as it runs, read back by Linux
+        with open(f"/proc/{os.getppid()}/cmdline") as f:
+            print(json.dumps(f.read().split("\\0")[:-1]))
+"""
+
+
+@pytest.mark.parametrize("nnodes", [1, 2])
+def test_the_printed_command_is_what_runs(tmp_path, capsys, nnodes):
+    from ddp_helpers.launch import LaunchPlan, shown_command
+
+    script = write(tmp_path, f"argv{nnodes}", AGENT_ARGV)
+    result = torchrun(script, nproc=1, nnodes=nnodes, args=["--n", 3, "a b"], torchrun_args=["--max-restarts=0"],
+                      live="quiet", summary=False)
+    printed = capsys.readouterr().out.splitlines()[0]
+    ran = json.loads(result.stdout[0][0])
+    port = next((int(a.rsplit(":", 1)[1]) for a in ran if a.startswith("--rdzv-endpoint=")), None)
+    own = LaunchPlan.make(script, 1, nnodes, port=port).own  # the launcher's flags for this process
+    assert printed == f"$ {shown_command(ran, own, port)}" == f"$ {result.command}"
+    assert ran[-5:] == ["--", str(script), "--n", "3", "a b"] and "--max-restarts=0" in ran
+    assert printed.startswith("$ torchrun ") and "'a b'" in printed  # quoted as a shell would need it
+
+
+def test_shown_command_refuses_another_program_and_a_changed_line():
+    from ddp_helpers.launch import LaunchPlan, shown_command
+
+    plan = LaunchPlan.make("w.py", 2, 1, ["--max-restarts=1"], ["--epochs", "3"])
+    with pytest.raises(ValueError, match="not a torchrun command line"):
+        shown_command(["python", "w.py"])
+    changed = plan.argv()
+    changed[changed.index("--nproc-per-node=2")] = "--nproc-per-node=4"
+    assert shown_command(changed, plan.own) != plan.shown  # what runs differs: so does the line
+    with pytest.raises(ValueError):
+        shown_command(plan.argv(), ("--not-there",))  # an own flag that is not in the line
+
+
+def test_killing_the_kernel_leaves_no_worker(tmp_path):
+    """A notebook kernel that dies (SIGKILL: nothing of it runs any more) takes its launch with it:
+    the agent gets SIGTERM from Linux (setpriv --pdeathsig) and stops its workers. The control: the
+    same agent started without it outlives its parent."""
+    import shutil
+
+    if not (sys.platform.startswith("linux") and shutil.which("setpriv")):
+        pytest.skip("the parent-death signal needs Linux and setpriv (util-linux)")
+    script = write(tmp_path, "hang_kill", HANG)
+
+    def started_then_killed(cell, marker):
+        driver = subprocess.Popen([sys.executable, "-c", cell], env={**os.environ, "DDP_HELPERS_LIVE": "quiet"},
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while not list(tmp_path.glob(f"{marker}/started*")):
+            assert time.monotonic() < deadline and driver.poll() is None, "the worker never started"
+            time.sleep(0.2)
+        driver.kill()
+        driver.wait(timeout=10)
+        deadline = time.monotonic() + 20
+        while leftovers() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return leftovers()
+
+    def kill(processes):
+        for p in processes:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+
+    (tmp_path / "helper").mkdir()
+    cell = ("from ddp_helpers import torchrun\n"
+            f"torchrun({str(script)!r}, nproc=1, args=[{str(tmp_path / 'helper')!r}], timeout=120)")
+    survivors = started_then_killed(cell, "helper")
+    kill(survivors)  # a failed check leaves nothing behind for the next tests
+    assert survivors == []
+    (tmp_path / "plain").mkdir()
+    plain = ("import subprocess, sys, time\n"
+             f"subprocess.Popen([sys.executable, '-m', 'torch.distributed.run', '--standalone', "
+             f"'--nproc-per-node=1', {str(script)!r}, {str(tmp_path / 'plain')!r}], start_new_session=True)\n"
+             "time.sleep(600)")
+    orphans = started_then_killed(plain, "plain")
+    kill(orphans)
+    assert orphans, "without the parent-death signal the agent should outlive its parent"

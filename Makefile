@@ -5,18 +5,24 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 # Notebooks run without live widgets when executed headless (nbval, nbconvert);
 # matplotlib keeps the kernel's inline backend so figures are stored as PNGs.
-# The CPU path on every machine: with GPUs hidden (CUDA_VISIBLE_DEVICES empty: torch sees none, in the
-# kernel and in every worker) and gloo forced (the runtime's DDP_BACKEND switch), a GPU box runs
-# and stores what a laptop does. The GPU path is `make gpu-check`.
-CPU_ENV := CUDA_VISIBLE_DEVICES= DDP_BACKEND=gloo
-NB_ENV  := $(CPU_ENV) DDP_HELPERS_LIVE=quiet PYTHONHASHSEED=0
-NBVAL   := --nbval --nbval-current-env --nbval-sanitize-with notebooks/sanitize.cfg --nbval-cell-timeout=300
+# The notebook list, the nbval options and their environment are written once, in ddp_helpers/series.py
+# (standard library only, so any python3 answers before the venv exists). CPU_ENV is the CPU path on
+# every machine: GPUs hidden (torch sees none, in the kernel and in every worker) and gloo forced (the
+# runtime's DDP_BACKEND switch), so a GPU box runs and stores what a laptop does; the GPU path is
+# `make gpu-check`. NB_ENV adds what strict nbval needs (launch summaries only, fixed hashing).
+SERIES    = $(shell $(PY) ddp_helpers/series.py $(1))
+CPU_ENV   := $(call SERIES,cpu-env)
+NB_ENV    := $(call SERIES,nbval-env)
+NBVAL     := $(call SERIES,nbval-args)
+NOTEBOOKS := $(call SERIES,notebooks)
+ifeq ($(and $(CPU_ENV),$(NB_ENV),$(NBVAL),$(NOTEBOOKS)),)
+$(error ddp_helpers/series.py did not answer with PY=$(PY): run make from the repository root with a working python3, or pass PY=/path/to/python3)
+endif
 # NBVAL_JOBS=2 runs two notebooks at a time (pytest-xdist; --dist loadfile keeps a notebook's cells in
 # order, in one kernel). Not the default: on 2 busy cores one such run failed two cells, so make test
 # runs the notebooks one at a time until that is understood.
 NBVAL_JOBS ?= 0
 NBVAL_PAR := $(if $(filter-out 0,$(NBVAL_JOBS)),-n $(NBVAL_JOBS) --dist loadfile)
-NOTEBOOKS := $(sort $(wildcard notebooks/[0-9][0-9]_*.ipynb))
 # Another machine's kernels: ATen without vector code, MKL and oneDNN at SSE4 level, random
 # string hashing. The stored outputs must still match (notebooks/README.md, "Every machine").
 PORTABLE_ENV := ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 PYTHONHASHSEED=random
@@ -127,7 +133,7 @@ nbval: $(STAMP)
 	$(BIN)/ruff check --no-respect-gitignore --ignore I001 notebooks/scripts
 
 test-portable: $(STAMP)
-	$(CPU_ENV) $(PORTABLE_ENV) DDP_HELPERS_LIVE=quiet $(BIN)/python -m pytest -q $(NBVAL_PAR) $(NBVAL) $(NOTEBOOKS)
+	$(NB_ENV) $(PORTABLE_ENV) $(BIN)/python -m pytest -q $(NBVAL_PAR) $(NBVAL) $(NOTEBOOKS)
 
 # Repetitions for rates, kept out of make test (which runs each once): the plain-script restart
 # STRESS_REPEATS times, and STRESS_LAUNCHES launches of the walkthrough's DDP scripts counting exit aborts.

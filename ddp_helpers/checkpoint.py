@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import re
 import tempfile
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -317,3 +318,33 @@ def load_snapshot(path: str | os.PathLike, *, model: nn.Module, optimizer: torch
     if restore_rng:
         set_rng_state(snapshot["rng"][rank])
     return int(snapshot["epoch_next"])
+
+
+# --- reading a restart demo's output (notebook 05)
+
+
+_EPOCH = re.compile(r"^epoch (\d+):")
+_RESUMED = re.compile(r"^attempt (\d+): resumed from snapshot, next epoch (\d+)")
+
+
+def restart_events(rank0_lines) -> list[dict]:
+    """Events of one or more runs of notebook 05's training worker, from rank 0's stdout.
+
+    ``"epoch E: ..."`` ends epoch E (the worker then snapshots: next epoch E+1);
+    ``"attempt A: resumed from snapshot, next epoch E"`` starts attempt A from the snapshot.
+    A resume with a higher attempt number follows a failure torchrun restarted (a kill
+    during epoch E, the one that did not finish); one with the same number follows a
+    planned stop and a new launch. Returns dicts ``{"attempt", "kind", "epoch"}`` with
+    kind in ``epoch_end``, ``kill``, ``stop``, ``resume``.
+    """
+    events, attempt = [], 0
+    for line in rank0_lines:
+        if m := _EPOCH.match(line):
+            events.append({"attempt": attempt, "kind": "epoch_end", "epoch": int(m[1])})
+        elif m := _RESUMED.match(line):
+            new, epoch = int(m[1]), int(m[2])
+            ended = "kill" if new > attempt else "stop"
+            events.append({"attempt": attempt, "kind": ended, "epoch": epoch})
+            attempt = new
+            events.append({"attempt": attempt, "kind": "resume", "epoch": epoch})
+    return events

@@ -10,9 +10,9 @@ Three parts, used by notebook 02 (samplers) and notebook 07 (exact evaluation):
    padding, so per-rank counts may differ by one), :func:`deduplicate` for
    ``(index, value)`` pairs gathered from a padded sampler, and
    :func:`all_gather_deduplicated`, which does the gathering in a process group.
-3. The sampler explorer: :func:`sampler_grid` (a rank x position grid computed
-   by torch's own ``DistributedSampler``), :func:`draw_sampler_grid` and the
-   ipywidgets :func:`sampler_explorer`.
+3. The sampler explorer's data: :func:`sampler_grid` (a rank x position grid computed
+   by torch's own ``DistributedSampler``) and :func:`grid_summary`; the picture and the
+   widget are :mod:`ddp_helpers.viz.sampler_explorer`.
 
 Plus two small datasets the notebook's DataLoader workers must be able to
 import: :class:`RangeStream` (an ``IterableDataset`` sharded by rank and by
@@ -33,7 +33,7 @@ from torch.utils.data import DistributedSampler, IterableDataset, Sampler, get_w
 __all__ = [
     "num_samples", "total_size", "padding_size", "global_order", "rank_indices",
     "UnpaddedDistributedSampler", "unpadded_counts", "deduplicate", "all_gather_deduplicated",
-    "SamplerGrid", "sampler_grid", "grid_summary", "draw_sampler_grid", "show_figure", "sampler_explorer",
+    "SamplerGrid", "sampler_grid", "grid_summary",
     "RangeStream", "NoisyIndex",
 ]
 
@@ -243,9 +243,6 @@ def sampler_grid(n: int, num_replicas: int, *, drop_last: bool = False, shuffle:
     return SamplerGrid(n, num_replicas, drop_last, shuffle, seed, epoch, grid, duplicate, dropped)
 
 
-COLORS = {"sample": "#cfe2f3", "duplicate": "#f6b26b", "dropped": "#e06666", "empty": "#ffffff"}
-
-
 def grid_summary(data: SamplerGrid) -> str:
     """One sentence on what the grid shows; for an empty grid, why it is empty."""
     R, S = data.grid.shape
@@ -255,122 +252,6 @@ def grid_summary(data: SamplerGrid) -> str:
                 f"so all {data.n} samples are dropped.")
     return (f"Each of the {R} ranks gets {S} samples; {int(data.duplicate.sum())} padded repeats, "
             f"{len(data.dropped)} dropped.")
-
-
-def draw_sampler_grid(data: SamplerGrid, ax=None):
-    """Draw the grid: one row per rank, padded repeats in orange, dropped samples in a red strip below.
-
-    Returns the matplotlib Figure (the caller shows or closes it).
-    """
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch, Rectangle
-
-    R, S = data.grid.shape
-    width = max(S, len(data.dropped), 1)
-    if ax is None:
-        fig_w = min(max(1.6 + 0.5 * width, 5.0), 14.0)  # sized to the grid, not wider
-        cell = min(0.5, (fig_w - 1.5) / width)  # inches per cell (cells are square)
-        fig, ax = plt.subplots(figsize=(fig_w, 1.8 + cell * (R + 1.5)))
-    else:
-        fig = ax.figure
-    label_size = 9 if width <= 20 else 7 if width <= 32 else 0
-    for r in range(R):
-        for p in range(S):
-            color = COLORS["duplicate"] if data.duplicate[r, p] else COLORS["sample"]
-            ax.add_patch(Rectangle((p, r), 1, 1, facecolor=color, edgecolor="grey", lw=0.6))
-            if label_size:
-                ax.text(p + 0.5, r + 0.5, str(data.grid[r, p]), ha="center", va="center", fontsize=label_size)
-    if S == 0:  # an empty grid: outline each rank's (empty) row and say why
-        for r in range(R):
-            ax.add_patch(Rectangle((0, r + 0.1), width, 0.8, fill=False, edgecolor="grey", ls="--", lw=0.6))
-        ax.text(width / 2, R / 2, "0 samples per rank\n(drop_last, n < replicas)", ha="center",
-                va="center", fontsize=9, color="#990000",
-                bbox={"facecolor": "white", "edgecolor": "none", "pad": 2})
-    drop_row = R + 0.5
-    for k, idx in enumerate(data.dropped):
-        ax.add_patch(Rectangle((k, drop_row), 1, 1, facecolor=COLORS["dropped"], edgecolor="grey", lw=0.6))
-        if label_size:
-            ax.text(k + 0.5, drop_row + 0.5, str(idx), ha="center", va="center", fontsize=label_size)
-    ax.set_xlim(-0.05, width + 0.05)
-    ax.set_aspect("equal")
-    ax.set_ylim(drop_row + 1 if data.dropped else R, 0)
-    ax.set_yticks([r + 0.5 for r in range(R)] + ([drop_row + 0.5] if data.dropped else []))
-    ax.set_yticklabels([f"rank {r}" for r in range(R)] + (["dropped"] if data.dropped else []))
-    ax.set_xticks([p + 0.5 for p in range(S)])
-    ax.set_xticklabels([str(p) for p in range(S)], fontsize=8)
-    ax.set_xlabel("position in the rank's epoch")
-    ax.tick_params(length=0)
-    for side in ("top", "right", "bottom", "left"):
-        ax.spines[side].set_visible(False)
-    ax.set_title(f"n={data.n}, num_replicas={R}, drop_last={data.drop_last}\n"
-                 f"shuffle={data.shuffle}, seed={data.seed}, epoch={data.epoch}\n"
-                 f"{S} per rank, {int(data.duplicate.sum())} padded repeats, "
-                 f"{len(data.dropped)} dropped", fontsize=9)
-    ax.legend(handles=[Patch(facecolor=COLORS[k], edgecolor="grey", label=lbl) for k, lbl in
-                       (("sample", "sample"), ("duplicate", "padded repeat"), ("dropped", "dropped"))],
-              loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=3, fontsize=8, frameon=False)
-    ax.xaxis.set_label_position("top")
-    ax.xaxis.tick_top()
-    fig.tight_layout()
-    return fig
-
-
-def show_figure(fig, dpi: int = 100) -> bytes:
-    """Display ``fig`` as one PNG output and close it; return the PNG bytes.
-
-    Unlike ``plt.show()`` or ``display(fig)`` this stores a picture in the
-    notebook under any matplotlib backend, including the ``agg`` backend that
-    headless execution (nbconvert, nbval) uses.
-    """
-    from ddp_helpers.figures import png_bytes, show_png
-
-    png = png_bytes(fig, dpi=dpi)
-    show_png(png)
-    return png
-
-
-def sampler_explorer(n: int = 10, num_replicas: int = 3, drop_last: bool = False, shuffle: bool = True,
-                     seed: int = 0, epoch: int = 0):
-    """An ipywidgets box: the sampler's arguments, a sentence on the result, and the grid below.
-
-    The box keeps the latest SamplerGrid in ``box.data`` and its PNG in ``box.png`` (the box's
-    own output carries that PNG too, shown where no widget can be rendered).
-    """
-    import ipywidgets as w
-
-    from ddp_helpers.figures import figure_box, png_bytes, show_png
-
-    narrow = {"description_width": "initial"}
-    controls = {
-        "n": w.IntSlider(value=n, min=1, max=40, description="dataset size"),
-        "num_replicas": w.IntSlider(value=num_replicas, min=1, max=8, description="replicas"),
-        "epoch": w.IntSlider(value=epoch, min=0, max=9, description="epoch"),
-        "drop_last": w.Checkbox(value=drop_last, description="drop_last", indent=False,
-                                layout=w.Layout(width="auto", margin="0 1.5em 0 0")),
-        "shuffle": w.Checkbox(value=shuffle, description="shuffle", indent=False,
-                              layout=w.Layout(width="auto", margin="0 1.5em 0 0")),
-        "seed": w.IntText(value=seed, description="seed", style=narrow, layout=w.Layout(width="9em")),
-    }
-    summary, out = w.HTML(), w.Output()
-    box = figure_box([w.HBox([controls["n"], controls["num_replicas"], controls["epoch"]]),
-                      w.HBox([controls["drop_last"], controls["shuffle"], controls["seed"]]),
-                      summary, out],
-                     fallback_text="Sampler explorer (a widget): run the cell in JupyterLab to use it.")
-
-    def redraw(_change=None):
-        box.data = sampler_grid(**{k: c.value for k, c in controls.items()})
-        text = grid_summary(box.data)
-        summary.value = f"<b>{text}</b>" if box.data.num_samples == 0 else text
-        box.png = png_bytes(draw_sampler_grid(box.data))
-        with out:
-            out.clear_output(wait=True)
-            show_png(box.png)
-
-    for control in controls.values():
-        control.observe(redraw, names="value")
-    box.controls, box.summary = controls, summary
-    redraw()
-    return box
 
 
 # --------------------------------------------------------------------------- datasets for the demos

@@ -5,6 +5,8 @@ import re
 import sys
 from pathlib import Path
 
+from ddp_helpers.series import notebooks
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import gpu_check  # noqa: E402
@@ -25,7 +27,7 @@ def test_integers_words_and_far_floats_differ():
 def test_every_worker_script_has_a_recorded_launch():
     launched = {Path(la["script"]).name for la in json.loads(gpu_check.LAUNCHES.read_text())}
     written = set()
-    for notebook in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+    for notebook in notebooks():
         for cell in json.loads(notebook.read_text())["cells"]:
             m = re.match(r"%%writefile scripts/(\S+)", "".join(cell["source"]))
             if m:

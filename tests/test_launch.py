@@ -374,7 +374,7 @@ def test_plain_worker_restarted_after_sigkill_succeeds():
     """A learner's plain init_process_group("gloo") script, rank 1 SIGKILLed on the first
     attempt, restarted by --max-restarts=1 (the launcher adds torch's store switch).
     Once in `make test`; `make stress` repeats it (STRESS_REPEATS, 10 there) for a rate."""
-    from ddp_helpers.restart_demo import run_restarts
+    from restart_demo import run_restarts  # tests/restart_demo.py (pytest puts tests/ on sys.path)
 
     repeats = int(os.environ.get("STRESS_REPEATS", "1"))
     counts = run_restarts(repeats, share_store=False, timeout=120)

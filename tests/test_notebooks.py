@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from ddp_helpers.series import notebooks
+
 ROOT = Path(__file__).resolve().parent.parent
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = notebooks()
 MACHINE_PATH = re.compile(r"(/work/|/root/|/home/\w+/|/tmp/pytest|site-packages/)")
 
 

@@ -25,7 +25,7 @@ from ddp_helpers.ring import (
     symbolic_states,
     terms,
 )
-from ddp_helpers.ring_widget import (
+from ddp_helpers.viz.ring_widget import (
     draw_holdings,
     draw_ring_step,
     holdings_text,
@@ -220,7 +220,7 @@ def test_labels_readable_and_inside_their_cells(n):
 
 
 def test_figure_has_a_legend_for_both_phases_and_the_shading():
-    from ddp_helpers.ring_widget import PHASE_COLORS
+    from ddp_helpers.viz.ring_widget import PHASE_COLORS
 
     fig = ring_step_figure(4, 1)
     (legend,) = fig.legends
@@ -249,7 +249,7 @@ def test_draw_holdings():
 
 def test_ring_stepper_buttons_play_and_n():
     ipywidgets = pytest.importorskip("ipywidgets")
-    from ddp_helpers.ring_widget import ring_stepper
+    from ddp_helpers.viz.ring_widget import ring_stepper
 
     box = ring_stepper(n=3)
     c = box.controls
@@ -277,7 +277,7 @@ def test_ring_stepper_output_carries_a_png_fallback():
     import base64
 
     pytest.importorskip("ipywidgets")
-    from ddp_helpers.ring_widget import ring_stepper
+    from ddp_helpers.viz.ring_widget import ring_stepper
 
     box = ring_stepper(n=2)
     bundle = box._repr_mimebundle_()

@@ -12,6 +12,8 @@ import torch
 from torch.utils.data import DataLoader, DistributedSampler
 
 from ddp_helpers import samplers as S
+from ddp_helpers.viz import sampler_explorer as SE
+from ddp_helpers.viz.figures import show_figure
 
 GRID = list(itertools.product([1, 2, 5, 7, 10, 12], [1, 2, 3, 4, 8], [False, True], [False, True]))
 
@@ -121,30 +123,30 @@ def test_sampler_grid_unshuffled_layout():
 def test_draw_sampler_grid_colours_cells():
     from matplotlib.colors import to_hex
     g = S.sampler_grid(5, 2, shuffle=False)
-    fig = S.draw_sampler_grid(g)
+    fig = SE.draw_sampler_grid(g)
     ax = fig.axes[0]
     colours = [to_hex(p.get_facecolor()) for p in ax.patches]
-    assert colours.count(S.COLORS["duplicate"]) == 1 and colours.count(S.COLORS["sample"]) == 5
+    assert colours.count(SE.COLORS["duplicate"]) == 1 and colours.count(SE.COLORS["sample"]) == 5
     assert sorted(t.get_text() for t in ax.texts) == sorted("024130")
     plt.close(fig)
-    fig = S.draw_sampler_grid(S.sampler_grid(5, 2, shuffle=False, drop_last=True))
+    fig = SE.draw_sampler_grid(S.sampler_grid(5, 2, shuffle=False, drop_last=True))
     colours = [to_hex(p.get_facecolor()) for p in fig.axes[0].patches]
-    assert colours.count(S.COLORS["dropped"]) == 1
+    assert colours.count(SE.COLORS["dropped"]) == 1
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["rank 0", "rank 1", "dropped"]
     plt.close(fig)
-    big = S.draw_sampler_grid(S.sampler_grid(40, 1))  # too wide for labels: no text
+    big = SE.draw_sampler_grid(S.sampler_grid(40, 1))  # too wide for labels: no text
     assert len(big.axes[0].texts) == 0
     plt.close(big)
 
 
 def test_show_figure_returns_png_and_closes():
-    fig = S.draw_sampler_grid(S.sampler_grid(4, 2))
-    png = S.show_figure(fig)
+    fig = SE.draw_sampler_grid(S.sampler_grid(4, 2))
+    png = show_figure(fig)
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and not plt.fignum_exists(fig.number)
 
 
 def test_explorer_recomputes_on_change():
-    box = S.sampler_explorer(n=10, num_replicas=3)
+    box = SE.sampler_explorer(n=10, num_replicas=3)
     assert box.data.grid.shape == (3, 4)
     box.controls["drop_last"].value = True
     assert box.data.grid.shape == (3, 3) and box.data.dropped and box.data.drop_last
@@ -162,7 +164,7 @@ def test_grid_summary_explains_an_empty_grid():
     text = S.grid_summary(empty)
     assert "0 samples" in text and "floor(3 / 4) = 0" in text and "all 3 samples are dropped" in text
     assert S.grid_summary(S.sampler_grid(10, 4)) == "Each of the 4 ranks gets 3 samples; 2 padded repeats, 0 dropped."
-    fig = S.draw_sampler_grid(empty)
+    fig = SE.draw_sampler_grid(empty)
     assert any("0 samples per rank" in t.get_text() for t in fig.axes[0].texts)
     plt.close(fig)
 
@@ -170,7 +172,7 @@ def test_grid_summary_explains_an_empty_grid():
 def test_explorer_sentence_narrow_seed_and_png_fallback():
     import base64
 
-    box = S.sampler_explorer(n=10, num_replicas=4)
+    box = SE.sampler_explorer(n=10, num_replicas=4)
     assert box.summary.value == S.grid_summary(box.data) and "<b>" not in box.summary.value
     box.controls["n"].value = 3
     box.controls["drop_last"].value = True  # n < replicas with drop_last: nothing to show

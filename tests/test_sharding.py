@@ -95,7 +95,7 @@ SHARDED_ADAM_WORKER = textwrap.dedent("""
     import torch.nn.functional as F
     from torch import nn
     from torch.nn.parallel import DistributedDataParallel as DDP
-    from ddp_helpers.checks import max_abs_diff
+    from ddp_helpers.compare import max_abs_diff
     from ddp_helpers.runtime import distributed
     from ddp_helpers.sharding import CommCounter, ShardedAdam, state_bytes
 

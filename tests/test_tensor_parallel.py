@@ -26,7 +26,7 @@ def test_one_rank_split_is_the_dense_mlp(single_rank_group):
 TP_WORKER = textwrap.dedent("""
     import json
     import torch
-    from ddp_helpers.checks import max_abs_diff
+    from ddp_helpers.compare import max_abs_diff
     from ddp_helpers.runtime import distributed
     from ddp_helpers.sharding import CommCounter
     from ddp_helpers.tensor_parallel import MLP, HandTensorParallelMLP

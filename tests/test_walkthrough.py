@@ -1,10 +1,10 @@
-"""ddp_helpers.walkthrough: diffs between the walkthrough's step files."""
+"""ddp_helpers.viz.walkthrough: diffs between the walkthrough's step files."""
 
 from pathlib import Path
 
 import pytest
 
-from ddp_helpers.walkthrough import script_diff
+from ddp_helpers.viz.walkthrough import script_diff
 
 WALK = Path(__file__).resolve().parent.parent / "notebooks" / "walkthrough"
 STEPS = sorted(WALK.glob("step[0-9]_*.py"))

@@ -24,6 +24,8 @@ import re
 import sys
 from pathlib import Path
 
+from ddp_helpers.series import notebooks
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 LAUNCHES = ROOT / "tools" / "gpu_launches.json"
@@ -74,7 +76,7 @@ def compare_lines(cpu: list[str], gpu: list[str]) -> str | None:
 def write_scripts() -> int:
     """Write every %%writefile cell of the notebooks (in order, so a later cell wins)."""
     count = 0
-    for notebook in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
+    for notebook in notebooks():
         for cell in json.loads(notebook.read_text())["cells"]:
             source = "".join(cell["source"])
             m = re.match(r"%%writefile (\S+)\n", source)

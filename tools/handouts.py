@@ -47,6 +47,8 @@ import nbformat
 from nbconvert import HTMLExporter, SlidesExporter
 from traitlets.config import Config
 
+from ddp_helpers.series import NAV_TAG, notebooks, title_of
+
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = Path(__file__).resolve().parent / "handout_templates"
 NPM = ROOT / "build" / "npm"
@@ -55,7 +57,7 @@ CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 # the launch flags of tests/browser/test_jupyterlab.py
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SOLUTION_TAG, EXERCISE_TAG, NAV_TAG = "solution", "exercise", "nav"
+SOLUTION_TAG, EXERCISE_TAG = "solution", "exercise"
 CHECK_TAG, STARTER_TAG = "check", "starter"
 # Notebook-relative paths that leave notebooks/ (rewritten in the student notebooks), and the folders a
 # notebook's cells read or write next to it (copied, or made empty, beside the student notebooks).
@@ -92,10 +94,6 @@ HALF_DAY_BLOCKS = [("09:00", 90), ("break", 15), ("10:45", 90)]
 FULL_DAY_BLOCKS = HALF_DAY_BLOCKS + [("lunch", 60), ("13:30", 90), ("break", 15), ("15:15", 90)]
 
 
-def notebooks() -> list[Path]:
-    return sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
-
-
 # --- reading a notebook ----------------------------------------------------------------------
 
 def tags(cell) -> list[str]:
@@ -107,12 +105,6 @@ def title_cell(nb):
         if cell.cell_type == "markdown" and NAV_TAG not in tags(cell) and cell.source.startswith("# "):
             return cell
     return None
-
-
-def title_of(nb_or_path) -> str:
-    nb = nbformat.read(nb_or_path, as_version=4) if isinstance(nb_or_path, Path) else nb_or_path
-    cell = title_cell(nb)
-    return cell.source.splitlines()[0][2:].strip() if cell else ""
 
 
 def plain(markdown: str) -> str:

@@ -6,27 +6,13 @@ Usage: python tools/nav.py [--check]
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
 import nbformat
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
-TAG = "nav"
-
-
-def ordered_notebooks() -> list[Path]:
-    return sorted(p for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
-
-
-def title_of(nb) -> str:
-    for cell in nb.cells:
-        if cell.cell_type == "markdown" and TAG not in cell.metadata.get("tags", []):
-            m = re.search(r"^#\s+(.+)$", cell.source, re.M)
-            if m:
-                return m.group(1).strip()
-    raise ValueError("notebook has no '# Title' markdown cell")
+from ddp_helpers.series import NAV_TAG as TAG
+from ddp_helpers.series import notebooks, title_of
 
 
 def nav_text(paths: list[Path], titles: list[str], i: int) -> str:
@@ -47,7 +33,7 @@ def with_nav(nb, text: str):
 
 
 def main(check: bool) -> int:
-    paths = ordered_notebooks()
+    paths = notebooks()
     nbs = [nbformat.read(p, as_version=4) for p in paths]
     titles = [title_of(nb) for nb in nbs]
     stale = []

@@ -26,11 +26,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from ddp_helpers.launch import terminate
+from ddp_helpers.series import ROOT, nbval_command, nbval_env, notebooks
 
-ROOT = Path(__file__).resolve().parent.parent
 TIMES = ROOT / "tools" / "notebook_times.json"
-NBVAL = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with", "notebooks/sanitize.cfg",
-         "--nbval-cell-timeout=300"]
 
 
 def from_junit(path: Path) -> dict[str, dict]:
@@ -50,13 +48,11 @@ def from_junit(path: Path) -> dict[str, dict]:
 
 def run_one(notebook: Path, timeout: float) -> dict[str, dict]:
     """Strict nbval on one notebook (as `make nbval` runs it), timed through its junit report."""
-    env = {**os.environ, "DDP_HELPERS_LIVE": "quiet", "PYTHONHASHSEED": "0"}
     load_before = round(os.getloadavg()[0], 2)  # other work on the machine inflates the times
     with tempfile.TemporaryDirectory() as tmp:
         report = Path(tmp) / "junit.xml"
-        proc = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *NBVAL,
-                                 f"--junitxml={report}", str(notebook.relative_to(ROOT))],
-                                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        command = [*nbval_command(sys.executable, [notebook.relative_to(ROOT)]), f"--junitxml={report}"]
+        proc = subprocess.Popen(command, cwd=ROOT, env=nbval_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             proc.wait(timeout=timeout)
         finally:  # on a timeout or ^C: pytest, its kernel and the kernel's workers
@@ -91,7 +87,7 @@ def main(argv=None) -> int:
         measured = from_junit(args.junit)
         save(data, measured, f"junit report {args.junit.name}")
     else:
-        paths = [p.resolve() for p in args.notebooks] or sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+        paths = [p.resolve() for p in args.notebooks] or notebooks()
         measured = {}
         for path in paths:  # one at a time: the times are those of a learner's 2-core machine
             measured.update(run_one(path, args.timeout))

@@ -175,7 +175,7 @@ def test_sampler_explorer_redraws(browser, lab):
     page.close()
 
 
-# Cells that draw a figure from ddp_helpers.figures or build a widget: each must show a picture.
+# Cells that draw a figure from ddp_helpers.viz or build a widget: each must show a picture.
 PICTURE_CALLS = ("ring_stepper(", "sampler_explorer(", "parallelism_overview(", "launch_tree(",
                  "checkpoint_flow(", "ddp_step_timeline(", "ring_step_figure(", "draw_sampler_grid(")
 STORED = ["00_orientation.ipynb", "01_collectives_and_ring_allreduce.ipynb", "02_samplers.ipynb",

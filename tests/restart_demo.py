@@ -17,7 +17,7 @@ one rank of the second attempt by 2 s did not make it certain (2 of 4 failed).
 ``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1`` (see ``ddp_helpers.launch``) gives every attempt
 a fresh store hosted by its rank 0, and the restart succeeds.
 
-    from ddp_helpers.restart_demo import run_restarts
+    from restart_demo import run_restarts  # tests/restart_demo.py (pytest puts tests/ on sys.path)
     run_restarts(10, share_store=True)    # the bug: counts of successes, failures, hangs
     run_restarts(10, share_store=False)   # torch's switch: 10 successes
 """

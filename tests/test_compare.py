@@ -5,8 +5,11 @@ import torch
 from torch import nn
 
 from ddp_helpers import torchrun
-from ddp_helpers.checks import (
+from ddp_helpers.buckets import (
     BucketRecorder,
+    record_grad_ready,
+)
+from ddp_helpers.compare import (
     all_equal_across_ranks,
     assert_replicas_equal,
     backward_on_own_batch,
@@ -17,7 +20,6 @@ from ddp_helpers.checks import (
     grads,
     max_abs_diff,
     named_tensors,
-    record_grad_ready,
     shard,
 )
 from ddp_helpers.models import ToyModel
@@ -148,7 +150,7 @@ def test_timeline_interleaves_grads_and_buckets(single_rank_group):
 
 WORKER = textwrap.dedent('''
     import torch
-    from ddp_helpers.checks import all_equal_across_ranks, assert_replicas_equal, gather_digests
+    from ddp_helpers.compare import all_equal_across_ranks, assert_replicas_equal, gather_digests
     from ddp_helpers.models import ToyModel
     from ddp_helpers.runtime import distributed
 

@@ -1,6 +1,6 @@
 """Comparison utilities: are two models, two gradient lists, or all DDP replicas the same?
 
-    from ddp_helpers.checks import digest, max_abs_diff, assert_replicas_equal
+    from ddp_helpers.compare import digest, max_abs_diff, assert_replicas_equal
 
     digest(model)                       # 16 hex chars; equal digests <=> bitwise-equal tensors
     checksum(model)                     # one float64 number, handy to print (rounded)
@@ -158,57 +158,3 @@ def shard(batch: Sequence[torch.Tensor] | torch.Tensor, rank: int, world_size: i
     size = n // world_size
     parts = tuple(t[rank * size : (rank + 1) * size] for t in tensors)
     return parts[0] if isinstance(batch, torch.Tensor) else parts
-
-
-class BucketRecorder:
-    """A DDP communication hook that all-reduces exactly like the default and records each bucket.
-
-        recorder = BucketRecorder.attach(ddp_model)
-        loss.backward()
-        recorder.take()   # [(bucket index, [parameter names], number of values), ...] in call order
-
-    One call is one all-reduce, so ``len(recorder.take())`` counts the collectives a
-    backward pass launched (zero under ``no_sync()``). With a ``timeline`` list, each
-    call also appends ``"all-reduce bucket i"`` to it; :func:`record_grad_ready` adds
-    ``"grad NAME"`` entries to the same list, which shows communication interleaved
-    with the backward pass.
-    """
-
-    def __init__(self, names: Mapping[torch.nn.Parameter, str] | None = None,
-                 timeline: list[str] | None = None) -> None:
-        self.names = dict(names or {})
-        self.calls: list[tuple[int, list[str], int]] = []
-        self.timeline = timeline
-
-    @classmethod
-    def attach(cls, ddp_model: nn.Module, timeline: list[str] | None = None) -> BucketRecorder:
-        names = {p: n for n, p in ddp_model.module.named_parameters()}
-        recorder = cls(names, timeline)
-        ddp_model.register_comm_hook(recorder, _recording_allreduce_hook)
-        return recorder
-
-    def take(self) -> list[tuple[int, list[str], int]]:
-        """The calls recorded since the last take(), and forget them."""
-        calls, self.calls = self.calls, []
-        return calls
-
-
-def _recording_allreduce_hook(state: BucketRecorder, bucket):
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-    params = bucket.parameters()
-    if state.timeline is not None:
-        state.timeline.append(f"all-reduce bucket {bucket.index()}")
-    state.calls.append((bucket.index(), [state.names.get(p, "?") for p in params], bucket.buffer().numel()))
-    return default_hooks.allreduce_hook(None, bucket)  # mean over ranks, as DDP does by default
-
-
-def record_grad_ready(module: nn.Module, timeline: list[str]) -> list:
-    """Append ``"grad NAME"`` to ``timeline`` whenever a parameter's ``.grad`` is accumulated.
-
-    Returns the hook handles (call ``.remove()`` on each to stop recording).
-    """
-    handles = []
-    for name, p in module.named_parameters():
-        handles.append(p.register_post_accumulate_grad_hook(lambda _, name=name: timeline.append(f"grad {name}")))
-    return handles

@@ -162,7 +162,7 @@ def ring_stepper(n: int = 4, max_n: int = 8, step: int = 0, interval_ms: int = 1
     """
     import ipywidgets as w
 
-    from ddp_helpers.figures import figure_box, png_bytes, show_png
+    from ddp_helpers.viz.figures import figure_box, png_bytes, show_png
 
     n_slider = w.IntSlider(value=n, min=2, max=max_n, description="N ranks")
     step_slider = w.IntSlider(value=step, min=0, max=num_steps(n), description="step")

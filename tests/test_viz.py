@@ -1,4 +1,4 @@
-"""ddp_helpers.figures: the figures drawn by code, the launch records, the widgets' PNG fallback."""
+"""ddp_helpers.viz and ddp_helpers.processes: the figures drawn by code, the launch records, the widgets' PNG fallback."""
 
 import json
 import os
@@ -12,7 +12,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from ddp_helpers import figures as F
+from ddp_helpers.checkpoint import restart_events
+from ddp_helpers.processes import launch_record, load_launch_records, save_launch_record
+from ddp_helpers.viz.diagrams import launch_tree, parallelism_overview
+from ddp_helpers.viz.figures import png_bytes
+from ddp_helpers.viz.timelines import checkpoint_flow, ddp_step_timeline, timeline_steps
 
 NOTEBOOK_04_TIMELINE = ["grad 4.bias", "grad 4.weight", "all-reduce bucket 0", "grad 2.bias", "grad 2.weight",
                         "all-reduce bucket 1", "grad 0.bias", "grad 0.weight", "all-reduce bucket 2"]
@@ -24,12 +28,12 @@ def all_text(fig):
 
 def test_png_bytes_closes_the_figure():
     fig = plt.figure()
-    png = F.png_bytes(fig)
+    png = png_bytes(fig)
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and not plt.fignum_exists(fig.number)
 
 
 def test_parallelism_overview_has_four_labelled_panels():
-    fig = F.parallelism_overview()
+    fig = parallelism_overview()
     assert isinstance(fig, Figure) and len(fig.axes) == 4
     titles = [ax.get_title(loc="left") for ax in fig.axes]
     assert [t.split(":")[0] for t in titles] == ["Data parallelism", "Model parallelism",
@@ -49,7 +53,7 @@ def record(rank, agent, port=29500, owner="agent", local_rank=None):
 
 
 def test_launch_tree_draws_agents_workers_and_store():
-    fig = F.launch_tree([record(1, 50), record(0, 50)])
+    fig = launch_tree([record(1, 50), record(0, 50)])
     text = all_text(fig)
     assert "1 agent(s), 2 worker(s)" in text and "agent (torchrun), pid 50" in text
     assert "python -m torch.distributed.run" in text and "hosts the TCPStore on 127.0.0.1:29500" in text
@@ -57,12 +61,12 @@ def test_launch_tree_draws_agents_workers_and_store():
     plt.close(fig)
     two_nodes = [record(0, 50), record(1, 50), record(2, 60, owner=None, local_rank=0),
                  record(3, 60, owner=None, local_rank=1)]
-    fig = F.launch_tree(two_nodes)
+    fig = launch_tree(two_nodes)
     text = all_text(fig)
     assert "2 agent(s), 4 worker(s)" in text and text.count("hosts the TCPStore") == 1
     plt.close(fig)
     with pytest.raises(ValueError):
-        F.launch_tree([])
+        launch_tree([])
 
 
 def test_launch_record_finds_the_process_listening_on_master_port(monkeypatch, tmp_path):
@@ -74,27 +78,27 @@ def test_launch_record_finds_the_process_listening_on_master_port(monkeypatch, t
         monkeypatch.setenv("RANK", "3")
         monkeypatch.setenv("WORLD_SIZE", "1")
         monkeypatch.setenv("TORCHELASTIC_USE_AGENT_STORE", "False")
-        rec = F.save_launch_record(tmp_path)
+        rec = save_launch_record(tmp_path)
     assert rec["pid"] == os.getpid() and rec["agent_pid"] == os.getppid() and rec["rank"] == 3
     assert rec["store_owner"] == "worker" and rec["use_agent_store"] is False  # this process listens
     with pytest.raises(ValueError):  # rank 3 of a world of 1: not one launch
-        F.load_launch_records(tmp_path)
+        load_launch_records(tmp_path)
     monkeypatch.setenv("RANK", "0")
     with socket.socket() as server:
         server.bind(("127.0.0.1", port))
         server.listen()
         (tmp_path / "rank3.json").unlink()
-        rec = F.save_launch_record(tmp_path)
-    assert F.load_launch_records(tmp_path) == [rec] and rec["store_owner"] == "worker"
+        rec = save_launch_record(tmp_path)
+    assert load_launch_records(tmp_path) == [rec] and rec["store_owner"] == "worker"
     assert json.loads((tmp_path / "rank0.json").read_text()) == rec
-    assert F.launch_record()["store_owner"] is None  # closed now: nobody listens
+    assert launch_record()["store_owner"] is None  # closed now: nobody listens
 
 
 def test_launch_records_of_a_real_torchrun_launch(ranks_json):
     """Under torchrun the workers' parent is the agent, and the agent hosts the store."""
     records = ranks_json(textwrap.dedent("""
         import json
-        from ddp_helpers.figures import launch_record
+        from ddp_helpers.processes import launch_record
         from ddp_helpers.runtime import distributed
         with distributed():
             print(json.dumps(launch_record()))
@@ -103,7 +107,7 @@ def test_launch_records_of_a_real_torchrun_launch(ranks_json):
     assert len({r["agent_pid"] for r in records}) == 1 and records[0]["agent_ppid"] == os.getpid()
     assert records[0]["agent_cmdline"][1:3] == ["-m", "torch.distributed.run"]
     assert all(r["use_agent_store"] and r["store_owner"] == "agent" for r in records)
-    fig = F.launch_tree(records)
+    fig = launch_tree(records)
     assert f"agent (torchrun), pid {records[0]['agent_pid']}" in all_text(fig)
     plt.close(fig)
 
@@ -111,17 +115,17 @@ def test_launch_records_of_a_real_torchrun_launch(ranks_json):
 def test_restart_events_from_notebook_05_output():
     killed = ["epoch 0: loss 11.5", "epoch 1: loss 10.0", "attempt 1: resumed from snapshot, next epoch 2",
               "epoch 2: loss 6.6", "epoch 3: loss 3.1"]
-    events = F.restart_events(killed)
+    events = restart_events(killed)
     assert [(e["attempt"], e["kind"], e["epoch"]) for e in events] == [
         (0, "epoch_end", 0), (0, "epoch_end", 1), (0, "kill", 2), (1, "resume", 2),
         (1, "epoch_end", 2), (1, "epoch_end", 3)]
     stopped = ["epoch 0: x", "epoch 1: x", "attempt 0: resumed from snapshot, next epoch 2", "epoch 2: x"]
-    assert [e["kind"] for e in F.restart_events(stopped)] == ["epoch_end", "epoch_end", "stop", "resume",
+    assert [e["kind"] for e in restart_events(stopped)] == ["epoch_end", "epoch_end", "stop", "resume",
                                                               "epoch_end"]
 
 
 def test_checkpoint_flow_save_barrier_load_and_timeline():
-    fig = F.checkpoint_flow()
+    fig = checkpoint_flow()
     assert len(fig.axes) == 2
     text = all_text(fig)
     for step in ("snapshot.pt.tmp", "os.fsync", "os.replace", "dist.barrier()", "map_location",
@@ -129,26 +133,26 @@ def test_checkpoint_flow_save_barrier_load_and_timeline():
         assert step in text, step
     assert text.count("torch.load(") == 2  # every rank loads
     plt.close(fig)
-    events = F.restart_events(["epoch 0:", "attempt 0: resumed from snapshot, next epoch 1", "epoch 1:"])
-    fig = F.checkpoint_flow(events, nproc=3)
+    events = restart_events(["epoch 0:", "attempt 0: resumed from snapshot, next epoch 1", "epoch 1:"])
+    fig = checkpoint_flow(events, nproc=3)
     text = all_text(fig)
     assert "stopped in epoch 1" in text and text.count("torch.load(") == 3 and "attempt 1" not in text
     plt.close(fig)
     with pytest.raises(ValueError):
-        F.checkpoint_flow([])
+        checkpoint_flow([])
 
 
 def test_timeline_steps_groups_gradients_into_buckets():
-    steps = F.timeline_steps(NOTEBOOK_04_TIMELINE)
+    steps = timeline_steps(NOTEBOOK_04_TIMELINE)
     buckets = [(label, members) for kind, label, members in steps if kind == "allreduce"]
     assert buckets == [("bucket 0", ["4.bias", "4.weight"]), ("bucket 1", ["2.bias", "2.weight"]),
                        ("bucket 2", ["0.bias", "0.weight"])]
     with pytest.raises(ValueError):
-        F.timeline_steps(["forward"])
+        timeline_steps(["forward"])
 
 
 def test_ddp_step_timeline_lanes():
-    fig = F.ddp_step_timeline(NOTEBOOK_04_TIMELINE)
+    fig = ddp_step_timeline(NOTEBOOK_04_TIMELINE)
     text = all_text(fig)
     assert "forward\n0 → 2 → 4" in text  # layers in forward order, from the gradients' names
     assert text.count("grad\n") == 6 and text.count("all-reduce bucket") == 3
@@ -158,4 +162,4 @@ def test_ddp_step_timeline_lanes():
     assert boxes["all-reduce bucket 0\n(2 grads)"][0] < boxes["grad\n2.weight"][0]
     plt.close(fig)
     with pytest.raises(ValueError):
-        F.ddp_step_timeline(["all-reduce bucket 0"])
+        ddp_step_timeline(["all-reduce bucket 0"])

@@ -1,0 +1,95 @@
+"""The series itself: which notebooks, in what order, their titles, and how strict nbval runs them.
+
+The one place these are written. The Makefile, ``tools/`` (navigation, handouts, run times,
+gpu-check), the tests and ``python -m ddp_helpers.perf --suite`` all read them from here.
+Standard library only, so that the Makefile can ask it with any ``python3`` before the
+virtual environment exists::
+
+    python3 ddp_helpers/series.py notebooks    # notebooks/00_orientation.ipynb notebooks/01_...
+    python3 ddp_helpers/series.py nbval-args   # --nbval --nbval-current-env ...
+    python3 ddp_helpers/series.py nbval-env    # CUDA_VISIBLE_DEVICES= DDP_BACKEND=gloo ...
+    python3 ddp_helpers/series.py cpu-env      # CUDA_VISIBLE_DEVICES= DDP_BACKEND=gloo
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK_DIR = ROOT / "notebooks"
+NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"  # 00_orientation.ipynb ... : the number is the order
+NAV_TAG = "nav"  # the navigation cells tools/nav.py writes; never a title
+
+# The CPU path on every machine: GPUs hidden from torch (kernel and workers), gloo forced through
+# the runtime's DDP_BACKEND switch, so a GPU box stores what a laptop does. The GPU path is make gpu-check.
+CPU_ENV: dict[str, str] = {"CUDA_VISIBLE_DEVICES": "", "DDP_BACKEND": "gloo"}
+# Strict nbval: launches print their summary only (no live stream), set hashing fixed.
+NBVAL_ENV: dict[str, str] = {**CPU_ENV, "DDP_HELPERS_LIVE": "quiet", "PYTHONHASHSEED": "0"}
+NBVAL_ARGS: tuple[str, ...] = ("--nbval", "--nbval-current-env",
+                               "--nbval-sanitize-with", "notebooks/sanitize.cfg", "--nbval-cell-timeout=300")
+
+
+def notebooks(root: Path = ROOT) -> list[Path]:
+    """The series' notebooks in order."""
+    return sorted((root / "notebooks").glob(NOTEBOOK_GLOB))
+
+
+def _text(source: str | Sequence[str]) -> str:
+    return source if isinstance(source, str) else "".join(source)
+
+
+def title_of(notebook: Mapping[str, Any] | Path) -> str:
+    """The notebook's title: the first line of its first markdown cell that opens with ``# ``.
+
+    Takes a path, a notebook read by nbformat or the notebook's JSON; navigation cells never count.
+    """
+    if isinstance(notebook, Path):
+        import json
+
+        notebook = json.loads(notebook.read_text())
+    for cell in notebook["cells"]:
+        text = _text(cell["source"])
+        if cell["cell_type"] == "markdown" and NAV_TAG not in cell.get("metadata", {}).get("tags", []) \
+                and text.startswith("# "):
+            return text.splitlines()[0][2:].strip()
+    raise ValueError("the notebook has no markdown cell opening with '# Title'")
+
+
+def nbval_command(python: str, paths: Sequence[Path | str]) -> list[str]:
+    """Strict nbval over ``paths``, as ``make nbval`` runs it (run it from the repository root)."""
+    return [python, "-m", "pytest", "-q", *NBVAL_ARGS, *map(str, paths)]
+
+
+def nbval_env(base: Mapping[str, str] = os.environ) -> dict[str, str]:
+    """``base`` with what ``make nbval`` sets on top."""
+    return {**base, **NBVAL_ENV}
+
+
+def _shell_words(env: Mapping[str, str]) -> str:
+    for value in env.values():
+        if re.search(r"\s", value):
+            raise ValueError(f"{value!r}: a value with spaces cannot be a make variable word")
+    return " ".join(f"{k}={v}" for k, v in env.items())
+
+
+def main(argv: Sequence[str]) -> int:
+    answers = {
+        "notebooks": lambda: " ".join(str(p.relative_to(ROOT)) for p in notebooks()),
+        "nbval-args": lambda: " ".join(NBVAL_ARGS),
+        "nbval-env": lambda: _shell_words(NBVAL_ENV),
+        "cpu-env": lambda: _shell_words(CPU_ENV),
+    }
+    if len(argv) != 1 or argv[0] not in answers:
+        print(f"usage: python3 ddp_helpers/series.py {{{','.join(answers)}}}", file=sys.stderr)
+        return 2
+    print(answers[argv[0]]())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

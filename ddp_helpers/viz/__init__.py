@@ -1,0 +1,13 @@
+"""Pictures drawn by code from real runs, and the widgets that redraw them.
+
+* :mod:`~ddp_helpers.viz.figures` - PNG and widget plumbing every picture shares, drawing primitives;
+* :mod:`~ddp_helpers.viz.diagrams` - who runs where: parallelism overview (00), a launch's process tree (03);
+* :mod:`~ddp_helpers.viz.timelines` - a DDP step's buckets against backward (04), checkpoints and restarts (05);
+* :mod:`~ddp_helpers.viz.ring_widget` - the ring all-reduce stepper (01);
+* :mod:`~ddp_helpers.viz.sampler_explorer` - what DistributedSampler hands each rank (02);
+* :mod:`~ddp_helpers.viz.walkthrough` - the walkthrough's steps as coloured diffs (04).
+
+Nothing here computes what it shows: the data comes from the topic modules (``ring``,
+``samplers``, ``buckets``, ``checkpoint``, ``processes``), the same code the workers run.
+Each module imports matplotlib and ipywidgets only inside the functions that draw.
+"""

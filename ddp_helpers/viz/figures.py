@@ -1,0 +1,121 @@
+"""What every figure and widget of the series shares.
+
+* :func:`png_bytes` (a matplotlib figure as PNG bytes), :func:`show_png` and :func:`show_figure`;
+* :func:`figure_box`, an ipywidgets VBox whose own output carries a PNG of its current figure,
+  so a stored notebook shows a picture where no widget can be rendered (an untrusted notebook in
+  JupyterLab, a handout without the widget JavaScript);
+* the drawing primitives of the diagrams: :func:`draw_box`, :func:`draw_arrow`, :func:`blank_axes`
+  and the colours ``BOX``, ``RS_COLOR``, ``AG_COLOR``.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import io
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+RS_COLOR, AG_COLOR = "tab:red", "tab:green"
+BOX = {"process": "#dbe9f6", "gpu": "#fde9c9", "store": "#e2f0d9", "agent": "#ececec", "kernel": "#f4f4f4"}
+
+
+# --------------------------------------------------------------------------- PNG and widgets
+
+def png_bytes(fig: Figure, dpi: int = 100, close: bool = True) -> bytes:
+    """``fig`` as PNG bytes (any matplotlib backend, including headless ``agg``)."""
+    import matplotlib.pyplot as plt
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    if close:
+        plt.close(fig)
+    return buffer.getvalue()
+
+
+def show_png(png: bytes) -> None:
+    """Display PNG bytes as one ``image/png`` output."""
+    from IPython.display import Image, display
+
+    display(Image(data=png, format="png"))
+
+
+def show_figure(fig: Figure, dpi: int = 100) -> bytes:
+    """Display ``fig`` as one PNG output and close it; return the PNG bytes.
+
+    Unlike ``plt.show()`` or ``display(fig)`` this stores a picture in the
+    notebook under any matplotlib backend, including the ``agg`` backend that
+    headless execution (nbconvert, nbval) uses.
+    """
+    png = png_bytes(fig, dpi=dpi)
+    show_png(png)
+    return png
+
+
+@functools.cache
+def _figure_box_class():
+    import ipywidgets as w
+
+    class FigureBox(w.VBox):
+        """A VBox whose display bundle also holds ``image/png`` of ``self.png``.
+
+        JupyterLab renders the widget when it can; an untrusted notebook (one just cloned)
+        only renders safe types and picks the PNG, not the ``VBox(children=...`` text.
+        """
+
+        png: bytes = b""
+        fallback_text: str = ""
+
+        def _repr_mimebundle_(self, **kwargs):
+            bundle = super()._repr_mimebundle_(**kwargs)
+            if self.png:
+                bundle["image/png"] = base64.b64encode(self.png).decode("ascii")
+            if self.fallback_text:
+                bundle["text/plain"] = self.fallback_text
+            return bundle
+
+    return FigureBox
+
+
+def figure_box(children: Sequence[Any], fallback_text: str = "") -> Any:
+    """A ``FigureBox`` (ipywidgets VBox) of ``children``; set ``box.png`` on every redraw."""
+    box = _figure_box_class()(children)
+    box.fallback_text = fallback_text
+    return box
+
+
+# --------------------------------------------------------------------------- drawing helpers
+
+def draw_box(ax, x: float, y: float, w: float, h: float, text: str, face: str, fontsize: float = 9,
+             weight: str = "normal", edge: str = "#555555", style: str = "round,pad=0.02") -> None:
+    """A rounded box at (x, y) of size w x h with centred text."""
+    from matplotlib.patches import FancyBboxPatch
+
+    ax.add_patch(FancyBboxPatch((x, y), w, h, boxstyle=style, facecolor=face, edgecolor=edge, lw=1))
+    ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=fontsize, fontweight=weight)
+
+
+def draw_arrow(ax, start: tuple[float, float], end: tuple[float, float], text: str = "", color: str = "#333333",
+               style: str = "-|>", ls: str = "-", rad: float = 0.0, fontsize: float = 8,
+               text_offset: tuple[float, float] = (0.0, 0.0)) -> None:
+    """An arrow from ``start`` to ``end``, bent by ``rad``, with an optional label at its middle."""
+    from matplotlib.patches import FancyArrowPatch
+
+    ax.add_patch(FancyArrowPatch(start, end, arrowstyle=style, mutation_scale=12, color=color,
+                                 linestyle=ls, lw=1.3, connectionstyle=f"arc3,rad={rad}"))
+    if text:
+        mx = (start[0] + end[0]) / 2 + text_offset[0]
+        my = (start[1] + end[1]) / 2 + text_offset[1]
+        ax.text(mx, my, text, ha="center", va="center", fontsize=fontsize, color=color,
+                bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0})
+
+
+def blank_axes(ax, xlim: tuple[float, float], ylim: tuple[float, float], title: str) -> None:
+    """Axes without ticks or frame, for a diagram, with a bold title on the left."""
+    ax.set_xlim(*xlim)
+    ax.set_ylim(*ylim)
+    ax.axis("off")
+    ax.set_title(title, fontsize=11, loc="left", fontweight="bold")

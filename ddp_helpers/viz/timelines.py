@@ -1,0 +1,158 @@
+"""Timelines drawn from real runs: each function returns a matplotlib Figure.
+
+* :func:`checkpoint_flow` - rank 0 saves atomically, the barrier, every rank loads, and a
+  restart timeline, optionally from a real run's events
+  (:func:`ddp_helpers.checkpoint.restart_events`, notebook 05).
+* :func:`ddp_step_timeline` - forward, backward per parameter and the bucket all-reduces, from
+  the ``"grad NAME"`` / ``"all-reduce bucket i"`` list notebook 04 records
+  (:mod:`ddp_helpers.buckets`).
+"""
+
+from __future__ import annotations
+
+from ddp_helpers.checkpoint import restart_events
+from ddp_helpers.viz.figures import AG_COLOR, BOX, RS_COLOR, blank_axes, draw_arrow, draw_box
+
+# A kill during epoch 2, restarted by torchrun, resumed from the snapshot: the figure without a run.
+DEFAULT_EVENTS = restart_events(["epoch 0:", "epoch 1:", "attempt 1: resumed from snapshot, next epoch 2",
+                                 "epoch 2:", "epoch 3:"])
+
+
+def _save_load_panel(ax, nproc: int):
+    from matplotlib.patches import Rectangle
+
+    blank_axes(ax, (0, 12), (0, 1.2 * nproc + 0.8), "One snapshot: rank 0 saves atomically, every rank loads")
+    top = 1.2 * nproc + 0.3
+    steps = [("torch.save(state,\nsnapshot.pt.tmp)", 0.8), ("flush +\nos.fsync", 3.0), ("os.replace(tmp,\nsnapshot.pt)", 4.9)]
+    for r in range(nproc):
+        y = top - 1.2 * (r + 1)
+        ax.text(0.0, y + 0.45, f"rank {r}", fontsize=9, fontweight="bold", va="center")
+        if r == 0:
+            for text, x in steps:
+                draw_box(ax, x, y, 1.8, 0.9, text, BOX["gpu"], fontsize=8)
+            draw_arrow(ax, (2.6, y + 0.45), (3.0, y + 0.45))
+            draw_arrow(ax, (4.8, y + 0.45), (4.9, y + 0.45))
+        else:
+            ax.plot([0.8, 6.7], [y + 0.45, y + 0.45], color="grey", ls=":", lw=1)
+            ax.text(3.7, y + 0.6, "waits (does not write)", fontsize=8, color="grey", ha="center")
+        draw_box(ax, 8.3, y, 3.5, 0.9, "torch.load(snapshot.pt,\nmap_location=own device,\nweights_only=True)",
+             BOX["process"], fontsize=8)
+        draw_arrow(ax, (7.4, y + 0.45), (8.3, y + 0.45))
+    ax.add_patch(Rectangle((6.9, top - 1.2 * nproc), 0.35, 1.2 * nproc - 0.2, facecolor="#555555"))
+    ax.text(7.07, top + 0.1, "dist.barrier()", ha="center", fontsize=8.5, fontweight="bold")
+    ax.text(0.0, 0.15, "a crash before os.replace leaves the previous snapshot.pt intact; "
+            "the barrier keeps every rank from loading a snapshot not yet written",
+            fontsize=8, style="italic")
+
+
+def _timeline_panel(ax, events):
+    attempts = sorted({e["attempt"] for e in events})
+    last_epoch = max(e["epoch"] for e in events)
+    blank_axes(ax, (-0.2, len(events) + 1.4), (-0.6, len(attempts) + 0.1),
+           "Restart timeline: epochs, snapshots, the failure and the resume")
+    x = 0.0
+    for e in events:
+        y = len(attempts) - 1 - attempts.index(e["attempt"])
+        if e["kind"] == "epoch_end":
+            draw_box(ax, x, y + 0.2, 0.85, 0.5, f"epoch {e['epoch']}", BOX["process"], fontsize=8)
+            ax.plot(x + 0.92, y + 0.45, marker="v", color="tab:blue", ms=7)
+        elif e["kind"] in ("kill", "stop"):
+            marker, color = ("X", RS_COLOR) if e["kind"] == "kill" else ("s", "grey")
+            ax.plot(x + 0.4, y + 0.45, marker=marker, color=color, ms=11)
+            ax.text(x + 0.4, y + 0.05, f"{'killed' if e['kind'] == 'kill' else 'stopped'} in epoch {e['epoch']}",
+                    ha="center", fontsize=8, color=color)
+        else:
+            draw_box(ax, x, y + 0.2, 0.85, 0.5, f"load\nnext={e['epoch']}", BOX["store"], fontsize=7.5)
+            prev_y = y + 1
+            draw_arrow(ax, (x - 0.3, prev_y + 0.2), (x + 0.3, y + 0.7), "", color=AG_COLOR, rad=-0.3)
+        x += 1.0
+    for a in attempts:
+        y = len(attempts) - 1 - attempts.index(a)
+        ax.text(-0.15, y + 0.45, f"attempt {a}", ha="right", fontsize=9, fontweight="bold", va="center")
+    ax.text(-0.2, -0.45, f"▼ snapshot written after the epoch (next epoch stored)   ✕ failure   "
+            f"green: resume from the last snapshot; epochs 0..{last_epoch}",
+            fontsize=8)
+
+
+def checkpoint_flow(events=None, nproc: int = 2):
+    """Two panels: one atomic save + barrier + load on ``nproc`` ranks, and a restart timeline.
+
+    ``events`` as returned by :func:`restart_events` (a real run's rank-0 output); the default
+    is 4 epochs with a kill in epoch 2 and one restart.
+    """
+    import matplotlib.pyplot as plt
+
+    events = DEFAULT_EVENTS if events is None else list(events)
+    if not events:
+        raise ValueError("checkpoint_flow needs at least one event")
+    attempts = len({e["attempt"] for e in events})
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(max(11.0, 0.9 * len(events) + 2), 3.2 + 1.2 * nproc + 1.1 * attempts),
+                                      height_ratios=[1.2 * nproc + 0.8, attempts + 0.7])
+    _save_load_panel(top, nproc)
+    _timeline_panel(bottom, events)
+    fig.tight_layout()
+    return fig
+
+
+# --------------------------------------------------------------------------- 04: DDP step timeline
+
+def timeline_steps(timeline) -> list[tuple[str, str, list[str]]]:
+    """Parse ``"grad NAME"`` / ``"all-reduce bucket i"`` into (kind, label, bucket members).
+
+    Kinds: ``grad`` (label = parameter name) and ``allreduce`` (label = ``bucket i``, members =
+    the gradients that became ready since the previous all-reduce: the bucket's contents).
+    """
+    steps, pending = [], []
+    for entry in timeline:
+        if entry.startswith("grad "):
+            name = entry[len("grad "):]
+            pending.append(name)
+            steps.append(("grad", name, []))
+        elif entry.startswith("all-reduce "):
+            steps.append(("allreduce", entry[len("all-reduce "):], pending))
+            pending = []
+        else:
+            raise ValueError(f"unknown timeline entry {entry!r}")
+    return steps
+
+
+def ddp_step_timeline(timeline):
+    """One DDP step in event order: forward, each gradient becoming ready, each bucket's all-reduce.
+
+    Two lanes: compute (forward, then backward one parameter at a time) and communication
+    (a bucket's all-reduce is launched when its last gradient is ready and runs while
+    backward goes on, until the optimizer step waits for all of them). The x axis is the
+    order of events, not time.
+    """
+    import matplotlib.pyplot as plt
+
+    steps = timeline_steps(timeline)
+    grads = [label for kind, label, _ in steps if kind == "grad"]
+    if not grads:
+        raise ValueError("the timeline holds no gradients")
+    layers = list(dict.fromkeys(g.rsplit(".", 1)[0] for g in grads))[::-1]  # forward order
+    n_grads = len(grads)
+    fig, ax = plt.subplots(figsize=(max(9.0, 0.85 * (n_grads + 7)), 3.4))
+    blank_axes(ax, (-1.8, n_grads + 5.2), (-0.9, 2.4), "One DDP step: backward overlaps the bucket all-reduces")
+    draw_box(ax, 0.0, 1.3, 1.9, 0.7, "forward\n" + " → ".join(layers), BOX["process"], fontsize=8)
+    x, buckets = 2.0, []
+    for kind, label, members in steps:
+        if kind == "grad":
+            draw_box(ax, x, 1.3, 0.9, 0.7, f"grad\n{label}", BOX["gpu"], fontsize=7.5)
+            x += 1.0
+        else:  # launched when its last gradient is ready: at the current position
+            buckets.append((label, members, x))
+            ax.plot([x - 0.05, x - 0.05], [0.7, 1.3], color=RS_COLOR, lw=1, ls=":")
+    done = max(x, buckets[-1][2] + 1.5 if buckets else x) + 0.1
+    for i, (label, members, start) in enumerate(buckets):
+        end = buckets[i + 1][2] if i + 1 < len(buckets) else done
+        draw_box(ax, start, 0.05, end - start - 0.1, 0.65, f"all-reduce {label}\n({len(members)} grads)",
+             "#f4cccc", fontsize=7.5)
+    draw_box(ax, done + 0.1, 0.7, 1.3, 0.7, "wait all,\noptimizer\nstep", BOX["store"], fontsize=7.5)
+    ax.text(-0.15, 1.65, "compute", ha="right", va="center", fontsize=9, fontweight="bold")
+    ax.text(-0.15, 0.38, "communication", ha="right", va="center", fontsize=9, fontweight="bold")
+    ax.text(0.0, -0.6, "order of events, not to scale: a bucket's all-reduce starts as soon as its last "
+            "gradient is ready, while the gradients of earlier layers are still being computed",
+            fontsize=8, style="italic")
+    fig.tight_layout()
+    return fig

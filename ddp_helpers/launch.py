@@ -32,8 +32,10 @@ import tempfile
 import threading
 import time
 import types
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal, get_args
 
 import psutil
 
@@ -64,6 +66,10 @@ SHARE_STORE_SWITCH = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 _PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent) + os.sep  # shows ddp_helpers/...
 
 
+# What a worker script's arguments and a launch's extra flags may hold (turned into strings).
+Arg = str | int | float | os.PathLike
+
+
 class LaunchError(RuntimeError):
     """The launch itself failed (a node agent died, the run timed out)."""
 
@@ -71,7 +77,8 @@ class LaunchError(RuntimeError):
 class WorkerFailed(LaunchError):
     """A rank exited with a non-zero code."""
 
-    def __init__(self, rank, exitcode, traceback_tail, command, other_failures=None):
+    def __init__(self, rank: int | None, exitcode: int | None, traceback_tail: str, command: str,
+                 other_failures: Mapping[int, int] | None = None) -> None:
         self.rank = rank
         self.exitcode = exitcode
         self.traceback_tail = traceback_tail
@@ -154,7 +161,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def _script_part(script, script_args) -> list[str]:
+def _script_part(script: str | os.PathLike, script_args: Sequence[str]) -> list[str]:
     """The script and its arguments; "--" stops torchrun from reading a worker's "--n" or
     "--max" as an abbreviation of its own --nnodes or --max-restarts."""
     return ["--", str(script), *script_args] if script_args else [str(script)]
@@ -185,8 +192,9 @@ class LaunchPlan:
     shown_env: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def make(cls, script, nproc: int, nnodes: int, torchrun_args=(), script_args=(),
-             shown_env: dict[str, str] | None = None, port: int | None = None) -> LaunchPlan:
+    def make(cls, script: str | os.PathLike, nproc: int, nnodes: int, torchrun_args: Sequence[str] = (),
+             script_args: Sequence[str] = (), shown_env: Mapping[str, str] | None = None,
+             port: int | None = None) -> LaunchPlan:
         if nnodes == 1:
             flags, own, port = ["--standalone"], ("--tee=3",), None
         else:
@@ -207,7 +215,8 @@ class LaunchPlan:
         return shown_command(self.argv(), self.own, self.port, dict(self.shown_env))
 
 
-def shown_command(argv, own=(), port=None, shown_env=None) -> str:
+def shown_command(argv: Sequence[str], own: Sequence[str] = (), port: int | None = None,
+                  shown_env: Mapping[str, str] | None = None) -> str:
     """A torchrun command line as a learner would type it: ``torchrun`` for the program, without
     the flags in ``own``, the rendezvous port as <PORT>, the variables in ``shown_env`` in front."""
     argv = list(argv)
@@ -223,15 +232,12 @@ def shown_command(argv, own=(), port=None, shown_env=None) -> str:
     return " ".join(p if _PORT_SHOWN in p else shlex.quote(p) for p in parts)  # <PORT>: a placeholder
 
 
-_ARG_TYPES = (str, int, float, os.PathLike)
-
-
-def _check_arg_list(name, seq) -> list[str]:
+def _check_arg_list(name: str, seq: Sequence[Arg]) -> list[str]:
     """The list as strings, after checking every item is a str, number or path."""
     example = "['--epochs', '3']" if name == "args" else "['--max-restarts=1']"
     if isinstance(seq, (str, bytes)) or not isinstance(seq, (list, tuple)):
         raise TypeError(f"{name} must be a list of strings, e.g. {example}, got {seq!r}")
-    bad = [a for a in seq if not isinstance(a, _ARG_TYPES) or isinstance(a, bool)]
+    bad = [a for a in seq if not isinstance(a, Arg) or isinstance(a, bool)]
     if bad:
         raise TypeError(f"{name} must be a list of strings (numbers and paths are converted), "
                         f"e.g. {example}; {bad[0]!r} is a {type(bad[0]).__name__}")
@@ -288,10 +294,11 @@ def _validate(script, nproc, nnodes, timeout, args, torchrun_args, env, live):
     return path, script_args, flags, parsed, _live_mode(live)
 
 
-_LIVE_MODES = ("auto", "widget", "stdout", "quiet")
+LiveMode = Literal["auto", "widget", "stdout", "quiet"]
+_LIVE_MODES: tuple[str, ...] = get_args(LiveMode)
 
 
-def _live_mode(live) -> str:
+def _live_mode(live: str) -> str:
     """The live mode that ``live`` (and DDP_HELPERS_LIVE for "auto") selects."""
     if live not in _LIVE_MODES:
         raise ValueError(f"live must be 'auto', 'widget', 'stdout' or 'quiet', got {live!r}")
@@ -375,7 +382,7 @@ def _tree(procs):
     return alive
 
 
-def terminate(procs, grace: float = _KILL_GRACE_S) -> None:
+def terminate(procs: Sequence[subprocess.Popen], grace: float = _KILL_GRACE_S) -> None:
     """SIGTERM every agent and every descendant, then SIGKILL what is left."""
     members = _tree(procs)  # snapshot first: workers run in their own sessions
     for m in members:
@@ -398,15 +405,15 @@ def terminate(procs, grace: float = _KILL_GRACE_S) -> None:
 
 
 def torchrun(
-    script,
+    script: str | os.PathLike,
     nproc: int = 2,
     *,
-    args=(),
-    env: dict[str, str] | None = None,
-    torchrun_args=(),
+    args: Sequence[Arg] = (),
+    env: Mapping[str, str] | None = None,
+    torchrun_args: Sequence[Arg] = (),
     nnodes: int = 1,
     timeout: float = 120,
-    live="auto",
+    live: LiveMode = "auto",
     summary: bool = True,
 ) -> LaunchResult:
     """Run ``script`` under torchrun with ``nproc`` processes per node.

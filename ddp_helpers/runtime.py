@@ -21,8 +21,10 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -218,7 +220,7 @@ def record_failure(formatted: str) -> None:
 
 
 @contextmanager
-def distributed(timeout_s: float | None = None):
+def distributed(timeout_s: float | None = None) -> Iterator[DistContext]:
     """setup() on entry, teardown() on a clean exit.
 
     ``timeout_s`` as in setup(): an explicit value wins over ``DDP_TIMEOUT_S``.
@@ -257,7 +259,7 @@ def _exit_now(exc: BaseException, code: int) -> None:
     os._exit(code)  # no teardown: its barrier would wait for peers that may never come
 
 
-def print0(*args, **kwargs) -> None:
+def print0(*args: object, **kwargs: Any) -> None:
     """print on rank 0 only (or always, outside a process group)."""
     if not dist.is_initialized() or dist.get_rank() == 0:
         print(*args, flush=True, **kwargs)

@@ -168,7 +168,7 @@ handouts: $(STAMP)
 
 # SUITE=1 also times strict nbval over every notebook (slow).
 bench: $(STAMP)
-	$(BIN)/python -m ddp_helpers.bench --json build/bench.json $(if $(SUITE),--suite)
+	$(BIN)/python -m ddp_helpers.perf --json build/bench.json $(if $(SUITE),--suite)
 
 nav: $(STAMP)
 	$(BIN)/python tools/nav.py

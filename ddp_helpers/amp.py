@@ -27,13 +27,16 @@ so a learner can try another recipe without editing a script. Only the non-depre
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+from torch import nn
 
 AMP_DTYPE_ENV = "AMP_DTYPE"
-DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
+DTYPES: dict[str, torch.dtype] = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ def autocast(recipe: AmpRecipe) -> torch.amp.autocast:
     return torch.amp.autocast(recipe.device_type, dtype=recipe.dtype)
 
 
-def make_grad_scaler(recipe: AmpRecipe, **kwargs) -> torch.amp.GradScaler:
+def make_grad_scaler(recipe: AmpRecipe, **kwargs: Any) -> torch.amp.GradScaler:
     """``torch.amp.GradScaler(device_type, enabled=recipe.use_grad_scaler, **kwargs)``.
 
     Disabled, its ``scale`` returns the loss unchanged, ``unscale_`` and ``update`` do
@@ -127,8 +130,10 @@ class StepResult:
     skipped: bool  # the scaler found inf/NaN and did not call optimizer.step()
 
 
-def train_step(model, optimizer, scaler: torch.amp.GradScaler, recipe: AmpRecipe, inputs, targets,
-               loss_fn, max_norm: float | None = None) -> StepResult:
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler,
+               recipe: AmpRecipe, inputs: torch.Tensor, targets: torch.Tensor,
+               loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+               max_norm: float | None = None) -> StepResult:
     """One mixed-precision step in the order that is right with or without DDP.
 
     forward and loss under autocast -> ``scale(loss).backward()`` (DDP all-reduces the
@@ -152,7 +157,7 @@ def train_step(model, optimizer, scaler: torch.amp.GradScaler, recipe: AmpRecipe
 
 
 @contextmanager
-def overflow_in_backward(param: torch.Tensor):
+def overflow_in_backward(param: torch.Tensor) -> Iterator[None]:
     """Inside the block, every backward pass writes ``inf`` into ``param``'s gradient.
 
     It simulates a float16 overflow on one rank. The hook runs when ``param``'s gradient

@@ -51,6 +51,9 @@ class BucketRecorder:
         return calls
 
 
+# No annotations on `bucket` or the return: DDP's register_comm_hook compares them with the classes
+# dist.GradBucket and torch.futures.Future[torch.Tensor], and this module's postponed (string)
+# annotations would not compare equal, so DDP would refuse the hook.
 def _recording_allreduce_hook(state: BucketRecorder, bucket):
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -61,7 +64,7 @@ def _recording_allreduce_hook(state: BucketRecorder, bucket):
     return default_hooks.allreduce_hook(None, bucket)  # mean over ranks, as DDP does by default
 
 
-def record_grad_ready(module: nn.Module, timeline: list[str]) -> list:
+def record_grad_ready(module: nn.Module, timeline: list[str]) -> list[torch.utils.hooks.RemovableHandle]:
     """Append ``"grad NAME"`` to ``timeline`` whenever a parameter's ``.grad`` is accumulated.
 
     Returns the hook handles (call ``.remove()`` on each to stop recording).

@@ -33,7 +33,7 @@ import random
 import re
 import tempfile
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -151,7 +151,7 @@ def strip_module_prefix(state_dict: Mapping[str, Any], prefix: str = "module.") 
 # --------------------------------------------------------------------------- map_location
 
 
-def map_location_for(device: torch.device | str | int):
+def map_location_for(device: torch.device | str | int) -> str | torch.device:
     """``map_location`` for ``torch.load`` on a rank that computes on ``device``.
 
     CPU: ``"cpu"``. CUDA: the device itself, which sends every storage to it,
@@ -169,7 +169,7 @@ def map_location_for(device: torch.device | str | int):
 
 
 @contextlib.contextmanager
-def pretend_saved_on(location: str):
+def pretend_saved_on(location: str) -> Iterator[None]:
     """Teaching aid for CPU-only machines: tensors saved inside this block are
     recorded in the file as living on ``location`` (e.g. ``"cuda:0"``), exactly
     as if they had been saved from that device."""
@@ -217,13 +217,13 @@ def set_rng_state(state: Mapping) -> None:
         torch.cuda.set_rng_state(state["cuda"].cpu())  # the current device's generator
 
 
-def _rank_and_world(group=None) -> tuple[int, int]:
+def _rank_and_world(group: dist.ProcessGroup | None = None) -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(group), dist.get_world_size(group)
     return 0, 1
 
 
-def gather_rng_states(group=None) -> list[dict]:
+def gather_rng_states(group: dist.ProcessGroup | None = None) -> list[dict]:
     """Every rank's ``rng_state()``, indexed by rank (a collective: call it on every rank).
 
     Outside a process group it is ``[rng_state()]``.
@@ -240,7 +240,7 @@ def gather_rng_states(group=None) -> list[dict]:
 
 
 def save_snapshot(path: str | os.PathLike, *, model: nn.Module, optimizer: torch.optim.Optimizer | None,
-                  epoch_next: int, scaler=None, extra: Mapping | None = None,
+                  epoch_next: int, scaler: torch.amp.GradScaler | None = None, extra: Mapping | None = None,
                   rng_states: list[dict] | None = None) -> Path:
     """Atomically save everything a run needs to continue at epoch ``epoch_next``.
 
@@ -272,7 +272,9 @@ def save_snapshot(path: str | os.PathLike, *, model: nn.Module, optimizer: torch
     return atomic_save(snapshot, path)
 
 
-def read_snapshot(path: str | os.PathLike, map_location="cpu") -> dict:
+def read_snapshot(path: str | os.PathLike,
+                  map_location: str | torch.device | Mapping[str, str] | Callable[..., Any] | None = "cpu",
+                  ) -> dict:
     """The snapshot dict, loaded with ``weights_only=True`` (no code runs)."""
     snapshot = torch.load(path, map_location=map_location, weights_only=True)
     if not isinstance(snapshot, dict) or snapshot.get("format") != SNAPSHOT_FORMAT:
@@ -282,7 +284,9 @@ def read_snapshot(path: str | os.PathLike, map_location="cpu") -> dict:
 
 
 def load_snapshot(path: str | os.PathLike, *, model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
-                  scaler=None, map_location=None, restore_rng: bool = True) -> int:
+                  scaler: torch.amp.GradScaler | None = None,
+                  map_location: str | torch.device | Mapping[str, str] | Callable[..., Any] | None = None,
+                  restore_rng: bool = True) -> int:
     """Restore a ``save_snapshot`` file into ``model`` (plain or wrapped) and friends.
 
     ``map_location=None`` maps every tensor to the device of the model's first
@@ -327,7 +331,7 @@ _EPOCH = re.compile(r"^epoch (\d+):")
 _RESUMED = re.compile(r"^attempt (\d+): resumed from snapshot, next epoch (\d+)")
 
 
-def restart_events(rank0_lines) -> list[dict]:
+def restart_events(rank0_lines: Iterable[str]) -> list[dict]:
     """Events of one or more runs of notebook 05's training worker, from rank 0's stdout.
 
     ``"epoch E: ..."`` ends epoch E (the worker then snapshots: next epoch E+1);

@@ -94,7 +94,7 @@ def max_abs_diff(a: TensorSource, b: TensorSource) -> float:
     return worst
 
 
-def gather_digests(source: TensorSource, group=None) -> list[str]:
+def gather_digests(source: TensorSource, group: dist.ProcessGroup | None = None) -> list[str]:
     """Every rank's digest of ``source``, indexed by rank (a collective: call it on all ranks)."""
     world = dist.get_world_size(group)
     out: list[str | None] = [None] * world
@@ -102,7 +102,7 @@ def gather_digests(source: TensorSource, group=None) -> list[str]:
     return [str(d) for d in out]
 
 
-def assert_replicas_equal(source: TensorSource, group=None) -> str:
+def assert_replicas_equal(source: TensorSource, group: dist.ProcessGroup | None = None) -> str:
     """Raise AssertionError on every rank unless all ranks hold bitwise-equal tensors.
 
     Returns the common digest. A DDP wrapper may be passed as is: its parameters are
@@ -115,20 +115,20 @@ def assert_replicas_equal(source: TensorSource, group=None) -> str:
     return digests[0]
 
 
-def gather_per_rank(value: object, group=None) -> list[object]:
+def gather_per_rank(value: object, group: dist.ProcessGroup | None = None) -> list[object]:
     """Every rank's (picklable) ``value``, as a list indexed by rank (a collective)."""
     out: list[object] = [None] * dist.get_world_size(group)
     dist.all_gather_object(out, value, group=group)
     return out
 
 
-def all_equal_across_ranks(value: object, group=None) -> bool:
+def all_equal_across_ranks(value: object, group: dist.ProcessGroup | None = None) -> bool:
     """True on every rank when every rank passed an equal (picklable) ``value``."""
     out = gather_per_rank(value, group)
     return all(v == out[0] for v in out)
 
 
-def backward_on_own_batch(model: nn.Module, rank: int, device, seed: int = 0,
+def backward_on_own_batch(model: nn.Module, rank: int, device: torch.device | str, seed: int = 0,
                           batch: int = 16) -> torch.Tensor:
     """Forward and backward of ``mean(model(x)**2)`` on a batch seeded by (seed, rank).
 
@@ -143,7 +143,8 @@ def backward_on_own_batch(model: nn.Module, rank: int, device, seed: int = 0,
     return loss
 
 
-def shard(batch: Sequence[torch.Tensor] | torch.Tensor, rank: int, world_size: int):
+def shard(batch: Sequence[torch.Tensor] | torch.Tensor, rank: int,
+          world_size: int) -> torch.Tensor | tuple[torch.Tensor, ...]:
     """Rank ``rank``'s contiguous 1/world_size slice of a batch (a tensor or a tuple of tensors).
 
     The concatenation of all ranks' shards, in rank order, is the whole batch: the

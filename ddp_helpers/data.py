@@ -18,8 +18,10 @@ from __future__ import annotations
 import gzip
 import os
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -54,7 +56,7 @@ class DigitsSplits:
     mean: float = 0.0
     std: float = 1.0
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[TensorDataset]:
         return iter((self.train, self.val, self.test))
 
 
@@ -177,7 +179,7 @@ def read_idx(path: str | os.PathLike) -> torch.Tensor:
 def _find_mnist_files(data_dir: Path) -> dict[str, Path] | None:
     # data_dir itself, or torchvision's layout if the learner used torchvision.
     for folder in (data_dir, data_dir / "MNIST" / "raw"):
-        found = {}
+        found: dict[str, Path] = {}
         for key, name in MNIST_FILES.items():
             for candidate in (folder / name, folder / f"{name}.gz"):
                 if candidate.is_file():
@@ -230,7 +232,10 @@ def load_mnist(
 
 
 def load_digits_dataset(
-    source: str | None = None, data_dir: str | os.PathLike = "data", seed: int = 0, val_fraction: float = 0.1
+    source: Literal["digits", "mnist", "auto"] | None = None,
+    data_dir: str | os.PathLike = "data",
+    seed: int = 0,
+    val_fraction: float = 0.1,
 ) -> DigitsSplits:
     """The digits data set of the capstone: MNIST if available, sklearn digits otherwise.
 

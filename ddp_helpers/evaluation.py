@@ -17,8 +17,10 @@ logging); the other ranks get ``None`` and must not make decisions from it.
 from __future__ import annotations
 
 import math
-from contextlib import nullcontext
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -45,7 +47,8 @@ def _in_group() -> bool:
     return dist.is_available() and dist.is_initialized()
 
 
-def reduce_sums(values, device, dst: int | None = None) -> torch.Tensor | None:
+def reduce_sums(values: Sequence[float] | torch.Tensor, device: torch.device | str,
+                dst: int | None = None) -> torch.Tensor | None:
     """Sum a short vector of numbers over all ranks in one collective (float64).
 
     dst=None: ``all_reduce``, every rank returns the totals.
@@ -64,7 +67,9 @@ def reduce_sums(values, device, dst: int | None = None) -> torch.Tensor | None:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, loader, device, dst: int | None = None, autocast=None) -> EvalResult | None:
+def evaluate(model: nn.Module, loader: Iterable[tuple[torch.Tensor, torch.Tensor]], device: torch.device | str,
+             dst: int | None = None, autocast: Callable[[], AbstractContextManager[Any]] | None = None,
+             ) -> EvalResult | None:
     """Cross-entropy loss and accuracy of ``model`` over every rank's ``loader`` together.
 
     A DDP wrapper is unwrapped: evaluation needs no gradient sync, and calling the plain
@@ -99,7 +104,7 @@ def evaluate(model: nn.Module, loader, device, dst: int | None = None, autocast=
                       correct=int(totals[1]), count=n)
 
 
-def any_rank(flag: bool, device) -> bool:
+def any_rank(flag: bool, device: torch.device | str) -> bool:
     """True on every rank if ``flag`` is True on at least one rank (all_reduce MAX).
 
     Use it when a decision may differ between ranks (a rank-local condition, a file
@@ -121,18 +126,18 @@ class EarlyStopping:
     further communication. ``state_dict``/``load_state_dict`` let a snapshot resume it.
     """
 
-    def __init__(self, patience: int, mode: str = "max", min_delta: float = 0.0) -> None:
+    def __init__(self, patience: int, mode: Literal["max", "min"] = "max", min_delta: float = 0.0) -> None:
         if patience < 1:
             raise ValueError(f"patience must be >= 1, got {patience}")
         if mode not in ("max", "min"):
             raise ValueError(f"mode must be 'max' or 'min', got {mode!r}")
         self.patience, self.mode, self.min_delta = patience, mode, min_delta
-        self.best = -math.inf if mode == "max" else math.inf
-        self.best_epoch = -1
-        self.bad_epochs = 0
-        self.epoch = -1
-        self.improved = False
-        self.should_stop = False
+        self.best: float = -math.inf if mode == "max" else math.inf
+        self.best_epoch: int = -1
+        self.bad_epochs: int = 0
+        self.epoch: int = -1
+        self.improved: bool = False
+        self.should_stop: bool = False
 
     def step(self, metric: float) -> bool:
         """Record one epoch's metric; return True when training should stop."""
@@ -154,6 +159,6 @@ class EarlyStopping:
                 ("patience", "mode", "min_delta", "best", "best_epoch", "bad_epochs", "epoch",
                  "improved", "should_stop")}
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         for key, value in state.items():
             setattr(self, key, value)

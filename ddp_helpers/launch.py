@@ -12,7 +12,7 @@ The command printed before a launch is derived from the one that runs
 
 In a notebook, these errors' tracebacks show the learner's cell and the failing rank's
 traceback, not this module's frames: ``torchrun`` registers an IPython handler for its own
-exception types (see :func:`_install_traceback_filter`). The live view leaves out torchrun's
+exception types (see :func:`ddp_helpers.tracebacks.install_traceback_filter`). The live view leaves out torchrun's
 OMP_NUM_THREADS notice (:func:`is_omp_notice`); it stays in ``LaunchResult.agent_log``.
 """
 
@@ -31,7 +31,6 @@ import sys
 import tempfile
 import threading
 import time
-import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,6 +39,7 @@ from typing import Literal, get_args
 import psutil
 
 from ddp_helpers.runtime import FAILURES_ENV
+from ddp_helpers.tracebacks import install_traceback_filter
 
 # torchrun prefixes every line a worker writes with this (global rank).
 _PREFIX_TEMPLATE = "[rank${rank}]:"
@@ -102,45 +102,6 @@ class LaunchTimeout(LaunchError):
 
 class LaunchStopped(KeyboardInterrupt):
     """The run was interrupted (the notebook's stop button) and every rank was terminated."""
-
-
-def learner_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
-    """The traceback without the frames that set ``__tracebackhide__`` (this launcher's, and
-    IPython's own bottom frame): what is left is the learner's code."""
-    kept = []
-    while tb is not None:
-        if not tb.tb_frame.f_locals.get("__tracebackhide__"):
-            kept.append(tb)
-        tb = tb.tb_next
-    head = None
-    for entry in reversed(kept):
-        head = types.TracebackType(head, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
-    return head
-
-
-def _show_launch_error(shell, etype, value, tb, tb_offset=None):
-    """IPython handler for launch errors: show the learner's frames and the message (which
-    holds the failing rank's own traceback), not the launcher's frames."""
-    shell.showtraceback((etype, value, learner_frames(tb)), tb_offset=0)
-    return None
-
-
-def _install_traceback_filter() -> None:
-    """In IPython, show LaunchError and LaunchStopped tracebacks through _show_launch_error.
-
-    IPython always prints the innermost frame even when it sets ``__tracebackhide__``
-    (IPython/core/ultratb.py, VerboseTB.format_exception_as_a_whole), which would be the
-    launcher's ``raise``; a custom exception handler (InteractiveShell.set_custom_exc) for
-    these two types only leaves it out. Other exceptions keep IPython's own display.
-    """
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return
-    shell = get_ipython()
-    wanted = (LaunchError, LaunchStopped)
-    if shell is not None and getattr(shell, "custom_exceptions", None) != wanted:
-        shell.set_custom_exc(wanted, _show_launch_error)
 
 
 @dataclass
@@ -438,7 +399,7 @@ def torchrun(
     (KeyboardInterrupt) terminates every rank, then raises KeyboardInterrupt saying so.
     """
     __tracebackhide__ = True  # tracebacks show the caller's cell and the error, not this frame
-    _install_traceback_filter()
+    install_traceback_filter((LaunchError, LaunchStopped))
     path, script_args, torchrun_args, parsed, live_mode = _validate(
         script, nproc, nnodes, timeout, args, torchrun_args, env, live)
     env = dict(env or {})

@@ -4,12 +4,36 @@
 tutorial; ``ConvNet`` is the small digits classifier of the later notebooks. It has
 BatchNorm layers on purpose: notebook 07 (SyncBatchNorm) and the capstone need buffers
 that DDP broadcasts and that ``nn.SyncBatchNorm.convert_sync_batchnorm`` replaces.
+``square_mlp`` is the plain stack of square layers of notebooks 04 and 10 and of
+:mod:`ddp_helpers.perf`; ``seeded`` builds a model from a seed without touching the
+caller's random numbers.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import torch
 from torch import nn
+
+
+@contextlib.contextmanager
+def seeded(seed: int | None) -> Iterator[None]:
+    """Inside, the CPU generator starts from ``seed``; after, it is back where it was.
+
+    ``seed=None`` does nothing: the block draws from the caller's generator, as plain code
+    would. With a seed, the block sees what it would after ``torch.manual_seed(seed)``
+    (layers are initialized on the CPU), but the caller's generator is left untouched,
+    so a cell or script that draws afterwards gets the same numbers as without the block.
+    Only the CPU generator is forked and seeded: the GPU ones are neither read nor changed.
+    """
+    if seed is None:
+        yield
+        return
+    with torch.random.fork_rng(devices=[]):
+        torch.random.default_generator.manual_seed(seed)  # torch.manual_seed(seed), CPU part only
+        yield
 
 
 class ToyModel(nn.Module):
@@ -76,14 +100,20 @@ class ConvNet(nn.Module):
         return self.classifier(torch.flatten(self.features(x), 1))
 
 
-def square_mlp(width: int, depth: int, classes: int = 10) -> nn.Sequential:
+def square_mlp(width: int, depth: int, classes: int = 10, *, seed: int | None = None) -> nn.Sequential:
     """``depth`` Linear(width, width) + ReLU blocks and a Linear(width, classes) head.
 
     Sizes are easy to reason about: each square weight is 4 * width**2 bytes in float32,
     and the parameters are named 0.weight, 0.bias, 2.weight, ... in registration order.
+    ``seed=None`` initializes from the caller's random numbers (seed them first, as the
+    notebooks do); an integer gives the weights of ``torch.manual_seed(seed)`` followed by
+    this call, the same on every rank, and leaves the caller's generator as it was
+    (:func:`seeded`). ``square_mlp(1024, 4, seed=0)`` is the 4.2 M-parameter model of
+    notebook 10 and ``python -m ddp_helpers.perf``.
     """
-    layers = [m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())]
-    return nn.Sequential(*layers, nn.Linear(width, classes))
+    with seeded(seed):
+        layers = [m for _ in range(depth) for m in (nn.Linear(width, width), nn.ReLU())]
+        return nn.Sequential(*layers, nn.Linear(width, classes))
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:

@@ -31,7 +31,7 @@ def _cmdline(pid: int) -> list[str]:
 
 def _listening_inodes(port: int) -> set[str]:
     """Inodes of the TCP sockets listening on ``port`` (Linux /proc/net/tcp and tcp6)."""
-    inodes = set()
+    inodes: set[str] = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
@@ -88,7 +88,7 @@ def launch_record() -> dict:
     }
 
 
-def save_launch_record(out_dir) -> dict:
+def save_launch_record(out_dir: str | os.PathLike) -> dict:
     """Write :func:`launch_record` to ``out_dir/rank{RANK}.json`` and return it."""
     record = launch_record()
     out = Path(out_dir)
@@ -97,7 +97,7 @@ def save_launch_record(out_dir) -> dict:
     return record
 
 
-def load_launch_records(out_dir) -> list[dict]:
+def load_launch_records(out_dir: str | os.PathLike) -> list[dict]:
     """The records :func:`save_launch_record` wrote, in rank order: one per rank of one launch.
 
     Raises ValueError when the folder holds a different number of records than the world

@@ -189,7 +189,7 @@ class RingStats:
     steps: int
 
 
-_COMBINE = {
+_COMBINE: dict[dist.ReduceOp.RedOpType, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     dist.ReduceOp.SUM: lambda own, got: own.add_(got),
     dist.ReduceOp.AVG: lambda own, got: own.add_(got),  # divided once, after reduce-scatter
     dist.ReduceOp.PRODUCT: lambda own, got: own.mul_(got),
@@ -214,7 +214,8 @@ def _scratch(numel: int, like: torch.Tensor) -> torch.Tensor:
 _SCRATCH: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
 
 
-def ring_all_reduce(tensor: torch.Tensor, op=dist.ReduceOp.SUM, group=None, *,
+def ring_all_reduce(tensor: torch.Tensor, op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM,
+                    group: dist.ProcessGroup | None = None, *,
                     segment_bytes: int = DEFAULT_SEGMENT_BYTES, window: int = DEFAULT_WINDOW) -> RingStats:
     """All-reduce ``tensor`` in place with the ring schedule; returns :class:`RingStats`.
 

@@ -22,8 +22,9 @@ DataLoader worker) and :class:`NoisyIndex` (returns the worker's random draw).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sized
+from collections.abc import Iterator, Sequence, Sized
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -98,7 +99,7 @@ def rank_indices(n: int, num_replicas: int, rank: int, *, shuffle: bool = True, 
 
 # --------------------------------------------------------------------------- 2. exact evaluation
 
-def _length(dataset_or_len) -> int:
+def _length(dataset_or_len: Sized | int | np.integer) -> int:
     return int(dataset_or_len) if isinstance(dataset_or_len, (int, np.integer)) else len(dataset_or_len)
 
 
@@ -144,7 +145,8 @@ class UnpaddedDistributedSampler(Sampler[int]):
         return len(range(self.rank, self.n, self.num_replicas))
 
 
-def deduplicate(indices, values) -> tuple[torch.Tensor, torch.Tensor]:
+def deduplicate(indices: torch.Tensor | np.ndarray | Sequence[int],
+                values: torch.Tensor | np.ndarray | Sequence[Any]) -> tuple[torch.Tensor, torch.Tensor]:
     """Keep one ``value`` per dataset ``index``; return (sorted unique indices, their values).
 
     For results gathered from a padded DistributedSampler: the padded repeats

@@ -17,6 +17,8 @@ counts the two moments, which are what grows with the model.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection, Iterable, Iterator, Sequence
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as dist
@@ -28,13 +30,18 @@ from torch.utils._python_dispatch import TorchDispatchMode
 MOMENTS = ("exp_avg", "exp_avg_sq")  # Adam's per-value state
 
 
-def make_stack(widths=(32, 64, 64, 8), device="cpu", seed: int = 0) -> nn.Sequential:
+def make_stack(widths: tuple[int, ...] = (32, 64, 64, 8), device: torch.device | str = "cpu",
+               seed: int = 0) -> nn.Sequential:
     """Linear layers of the given widths with ReLUs between them, seeded: the same
-    weights on every rank. The default has 6,792 parameters (divisible by 2 and 4)."""
-    torch.manual_seed(seed)
-    layers = []
-    for a, b in zip(widths, widths[1:], strict=False):
-        layers += [nn.Linear(a, b), nn.ReLU()]
+    weights on every rank. The default has 6,792 parameters (divisible by 2 and 4).
+    The weights are those of ``torch.manual_seed(seed)`` then building on the CPU; the
+    caller's generator is left as it was (:func:`ddp_helpers.models.seeded`)."""
+    from ddp_helpers.models import seeded  # (may move to the top of this module)
+
+    with seeded(seed):
+        layers: list[nn.Module] = []
+        for a, b in zip(widths, widths[1:], strict=False):
+            layers += [nn.Linear(a, b), nn.ReLU()]
     return nn.Sequential(*layers[:-1]).to(device)
 
 
@@ -62,7 +69,8 @@ def nbytes(t: torch.Tensor | None) -> int:
     return t.numel() * t.element_size()
 
 
-def state_bytes(params, optimizer=None) -> dict[str, int]:
+def state_bytes(params: Iterable[torch.Tensor],
+                optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
     """Bytes of parameters, gradients and optimizer moments that this rank holds.
 
     Gradients are counted for the parameters and for every tensor the optimizer steps
@@ -112,7 +120,8 @@ class ShardedAdam:
     Gradients are divided by N before they are summed, as DDP does.
     """
 
-    def __init__(self, params, stage: int = 1, group=None, **adam_kwargs) -> None:
+    def __init__(self, params: Iterable[torch.Tensor], stage: int = 1, group: dist.ProcessGroup | None = None,
+                 **adam_kwargs: Any) -> None:
         if stage not in (1, 2):
             raise ValueError(f"stage must be 1 or 2, got {stage!r}")
         self.params = list(params)
@@ -129,7 +138,7 @@ class ShardedAdam:
         self.shard = self.flat[lo:lo + self.shard_numel]  # a view: Adam writes into the buffer
         self.inner = torch.optim.Adam([self.shard], **adam_kwargs)
 
-    def _flatten(self, tensors) -> torch.Tensor:
+    def _flatten(self, tensors: Iterable[torch.Tensor]) -> torch.Tensor:
         flat = torch.cat([t.reshape(-1) for t in tensors])
         return F.pad(flat, (0, self.shard_numel * self.world - flat.numel()))
 
@@ -157,11 +166,11 @@ class ShardedAdam:
         self.update()
 
 
-def _namespace(func) -> str:
+def _namespace(func: Any) -> str:
     return func._qualified_op_name.split("::")[0]
 
 
-_COLLECTIVES = {  # c10d and functional-collective op names -> one name per collective
+_COLLECTIVES: dict[str, str] = {  # c10d and functional-collective op names -> one name per collective
     "allreduce": "all_reduce", "all_reduce": "all_reduce",
     "allgather": "all_gather", "allgather_base": "all_gather", "all_gather_into_tensor": "all_gather",
     "reduce_scatter": "reduce_scatter", "reduce_scatter_base": "reduce_scatter",
@@ -171,7 +180,7 @@ _COLLECTIVES = {  # c10d and functional-collective op names -> one name per coll
 }
 
 
-def _collective_name(func) -> str | None:
+def _collective_name(func: Any) -> str | None:
     if _namespace(func) not in ("c10d", "_c10d_functional", "_dtensor"):
         return None
     return _COLLECTIVES.get(func.__name__.split(".")[0].strip("_"))
@@ -195,9 +204,10 @@ class CommCounter(TorchDispatchMode):
         self.counts: Counter[str] = Counter()
         self.payload: Counter[str] = Counter()
 
-    supports_higher_order_operators = True
+    supports_higher_order_operators: ClassVar[bool] = True
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: Any, types: Collection[type], args: Sequence[Any] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         if isinstance(func, torch._ops.HigherOrderOperator):
             return func(*args, **kwargs)
@@ -214,7 +224,7 @@ class CommCounter(TorchDispatchMode):
         return sum(ring_bytes_sent(op, b, world_size) for op, b in self.payload.items())
 
 
-def _tensors(obj):
+def _tensors(obj: Any) -> Iterator[torch.Tensor]:
     if isinstance(obj, torch.Tensor):
         yield obj
     elif isinstance(obj, (list, tuple)):
@@ -222,7 +232,7 @@ def _tensors(obj):
             yield from _tensors(item)
 
 
-def _payload_bytes(func, args) -> int:
+def _payload_bytes(func: Any, args: Sequence[Any]) -> int:
     """The full result's bytes: c10d ops take (output, input) or (tensors, ...); the larger
     side is the full tensor. A functional all-gather takes (shard, group_size, group)."""
     sides = [sum(nbytes(t) for t in _tensors(a)) for a in args[:2]]

@@ -17,6 +17,8 @@ version: DDP averages them like any other parameter gradient.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -26,7 +28,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 __all__ = ["SyncBatchNorm", "SyncBatchNormFunction", "convert_sync_batchnorm", "batch_stats"]
 
 
-def _world(group) -> int:
+def _world(group: dist.ProcessGroup | None) -> int:
     if dist.is_available() and dist.is_initialized():
         return dist.get_world_size(group)
     return 1
@@ -41,7 +43,8 @@ def _reduce_dims(x: torch.Tensor) -> list[int]:
     return [0] + list(range(2, x.dim()))
 
 
-def batch_stats(x: torch.Tensor, group=None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def batch_stats(x: torch.Tensor, group: dist.ProcessGroup | None = None,
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(mean, biased var, count) per channel over every rank's x: one all_reduce.
 
     Works when ranks hold different batch sizes, because the count is reduced too.
@@ -70,7 +73,9 @@ class SyncBatchNormFunction(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x, weight, bias, running_mean, running_var, eps, momentum, group):
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                running_mean: torch.Tensor | None, running_var: torch.Tensor | None, eps: float,
+                momentum: float, group: dist.ProcessGroup | None) -> torch.Tensor:
         mean, var, count = batch_stats(x, group)
         if count <= 1:
             raise ValueError(f"expected more than 1 value per channel when training, got {int(count)}")
@@ -96,7 +101,7 @@ class SyncBatchNormFunction(torch.autograd.Function):
         return y.to(x.dtype)
 
     @staticmethod
-    def backward(ctx, grad_out):
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
         x_hat, invstd, weight = ctx.saved_tensors
         shape = _channel_shape(x_hat)
         dims = _reduce_dims(x_hat)
@@ -131,12 +136,16 @@ class SyncBatchNorm(_BatchNorm):
     own batch statistics.
     """
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
-                 track_running_stats=True, process_group=None, device=None, dtype=None):
+    process_group: dist.ProcessGroup | None
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
+                 affine: bool = True, track_running_stats: bool = True,
+                 process_group: dist.ProcessGroup | None = None, device: torch.device | str | None = None,
+                 dtype: torch.dtype | None = None) -> None:
         super().__init__(num_features, eps, momentum, affine, track_running_stats, device=device, dtype=dtype)
         self.process_group = process_group
 
-    def _check_input_dim(self, input):
+    def _check_input_dim(self, input: torch.Tensor) -> None:
         if input.dim() < 2:
             raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
 
@@ -174,7 +183,8 @@ def _copy_bn(src: _BatchNorm, dst: _BatchNorm) -> _BatchNorm:
     return dst
 
 
-def convert_sync_batchnorm(model: nn.Module, process_group=None, device: torch.device | str | None = None) -> nn.Module:
+def convert_sync_batchnorm(model: nn.Module, process_group: dist.ProcessGroup | None = None,
+                           device: torch.device | str | None = None) -> nn.Module:
     """Replace every BatchNorm layer by a synchronised one; call it before wrapping in DDP.
 
     On CUDA (``device``, or else where the model's parameters live) this is
@@ -189,7 +199,7 @@ def convert_sync_batchnorm(model: nn.Module, process_group=None, device: torch.d
     return _convert_cpu(model, process_group)
 
 
-def _convert_cpu(module: nn.Module, process_group) -> nn.Module:
+def _convert_cpu(module: nn.Module, process_group: dist.ProcessGroup | None) -> nn.Module:
     out = module
     if isinstance(module, _BatchNorm) and not isinstance(module, (SyncBatchNorm, nn.SyncBatchNorm)):
         out = _copy_bn(module, SyncBatchNorm(module.num_features, module.eps, module.momentum,

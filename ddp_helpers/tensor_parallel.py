@@ -79,7 +79,7 @@ class HandTensorParallelMLP(nn.Module):
     added once, after the all-reduce.
     """
 
-    def __init__(self, dense: MLP, group=None) -> None:
+    def __init__(self, dense: MLP, group: dist.ProcessGroup | None = None) -> None:
         super().__init__()
         self.group = group
         rows = split_range(dense.up.out_features, dist.get_rank(group), dist.get_world_size(group))

@@ -3,21 +3,33 @@ rejects wrong ones with a hint that does not give the answer away.
 
 Checks whose answers come from a launch (a torchrun result, a run's JSON) are proven to accept the
 solutions by strict nbval: their check cells run right after the solutions in the notebooks.
+
+A correct answer here never comes from the checks themselves: the bucket and partition rules are
+torch's own (DDP's Reducer, ZeroRedundancyOptimizer), the rest closed forms or values worked out by hand.
 """
 
 import ast
+import importlib
 import inspect
+import json
 import math
+import pkgutil
 import re
 import textwrap
+import traceback
+import typing
+import warnings
 
 import numpy as np
 import pytest
 import torch
+import torch.distributed as dist
+from _pytest._code import ExceptionInfo
+from IPython.core.ultratb import VerboseTB
 from torch import nn
 from torch.utils.data import DistributedSampler
 
-from ddp_helpers import exercises
+from ddp_helpers import exercises, series
 from ddp_helpers.evaluation import EarlyStopping
 from ddp_helpers.ring import simulate_ring
 from ddp_helpers.sharding import make_stack, zero_formula
@@ -37,10 +49,16 @@ class Untouchable:
 
 
 def learner_names(fn) -> list[str]:
-    """The names a check passes to ``given(...)``: the learner's, in order."""
+    """The names a check passes to ``ex.given(...)``: the learner's, in order."""
     tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "id", "") == "given")
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, "attr", "") == "given")
     return [k.arg for k in call.keywords]
+
+
+def exercise_modules() -> list:
+    """ddp_helpers.exercises and every module in it."""
+    return [exercises, *(importlib.import_module(f"{exercises.__name__}.{m.name}")
+                         for m in pkgutil.iter_modules(exercises.__path__))]
 
 
 def failure(fn, **kwargs) -> exercises.CheckFailed:
@@ -74,6 +92,72 @@ def test_success_prints_one_line(capsys):
 def test_ipython_shows_only_the_message():
     err = exercises.CheckFailed("01.2", "wrong.", "think.")
     assert err._render_traceback_() == ["CheckFailed: Exercise 01.2: wrong.\nHint: think."]
+
+
+def frames_of(err: BaseException) -> list[str]:
+    """The modules of the frames in an exception's traceback, outermost first."""
+    return [frame.f_globals["__name__"] for frame, _ in traceback.walk_tb(err.__traceback__)]
+
+
+def test_a_failed_check_ends_its_traceback_at_the_call():
+    """No frame of the package is left: pytest and IPython show the caller's line (the check cell), and
+    IPython a CheckFailed as its message alone."""
+    err = failure(exercises.check_10_3, crossover=1.0, alpha=2e-5, beta=1e-10)
+    assert frames_of(err) == [__name__]
+    assert err._render_traceback_() == [f"CheckFailed: {err}"]
+    assert str(err).startswith("Exercise 10.3: at `crossover` bytes")
+    shown = str(ExceptionInfo.from_exception(err).getrepr(style="long"))
+    assert "fn(**kwargs)" in shown and "ddp_helpers/exercises" not in shown
+
+
+def test_an_error_in_the_learners_function_shows_that_function_not_the_check():
+    def predict_buckets(nbytes, cap):
+        raise ZeroDivisionError("the learner's own bug")
+
+    with pytest.raises(ZeroDivisionError) as info:
+        exercises.check_10_2(predict_buckets=predict_buckets, predicted_buckets={}, recorded={})
+    assert frames_of(info.value) == [__name__, __name__]  # the call, then the learner's function
+    shown = "".join(VerboseTB(theme_name="nocolor").structured_traceback(info.type, info.value, info.tb))
+    assert "the learner's own bug" in shown and not re.search(r"File \S*ddp_helpers/exercises/", shown)
+
+
+def test_a_check_that_breaks_itself_still_shows_where():
+    """Bad context (not the learner's names) fails inside the check: that innermost frame stays."""
+    with pytest.raises(AttributeError) as info:
+        exercises.check_08_2(recall=[1.0], true_c=0, pred_c=1, confusion=None)
+    assert frames_of(info.value) == [__name__, "ddp_helpers.exercises.nb08"]
+
+
+def test_checks_take_keywords_with_type_hints():
+    for exid, fn in exercises.CHECKS.items():
+        params = inspect.signature(fn).parameters.values()
+        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params), exid
+        assert all(p.annotation is not inspect.Parameter.empty for p in params), exid
+        assert typing.get_type_hints(fn)["return"] is type(None), exid
+
+
+def check_calls():
+    """(notebook, exercise id, function name, keyword names) of every check cell's call."""
+    calls = []
+    for path in series.notebooks():
+        for cell in json.loads(path.read_text())["cells"]:
+            if "check" not in cell.get("metadata", {}).get("tags", []):
+                continue
+            tree = ast.parse("".join(cell["source"]))
+            for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+                if isinstance(call.func, ast.Attribute) and call.func.attr.startswith("check_"):
+                    assert not call.args and all(k.arg for k in call.keywords), ast.unparse(call)
+                    calls.append((path.name, cell["metadata"]["exercise"]["id"], call.func.attr,
+                                  [k.arg for k in call.keywords]))
+    return calls
+
+
+def test_every_check_cell_calls_its_check_with_names_it_takes():
+    calls = check_calls()
+    assert sorted(exid for _, exid, _, _ in calls) == exercises.exercise_ids()
+    for notebook, exid, name, keywords in calls:
+        assert name == f"check_{exid.replace('.', '_')}" and name in exercises.__all__, (notebook, name)
+        inspect.signature(getattr(exercises, name)).bind(**dict.fromkeys(keywords))
 
 
 def no_answer_in(err, *answers):
@@ -146,18 +230,36 @@ def test_04_2():
     no_answer_in(failure(exercises.check_04_2, ddp_like=plain, weighted=plain, model=model, x=x, y=y), "1.5")
 
 
-buckets = exercises._reference_buckets  # a correct answer: the walk the check itself uses
+def reducer_buckets(items, cap, first):
+    """DDP's own bucket assignment, as a correct answer to 04.3: the Reducer's
+    ``compute_bucket_assignment_by_size``, which DDP calls with the limits [first_bucket_bytes_cap,
+    bucket_bytes_cap] when it rebuilds its buckets in the order the gradients became ready (after the
+    first step). A uint8 tensor of n elements stands for n bytes; the caps are whole bytes, as DDP's
+    ``int(bucket_cap_mb * 2**20)``."""
+    tensors = [torch.empty(nbytes, dtype=torch.uint8) for _, nbytes in items]
+    indices, _ = dist._compute_bucket_assignment_by_size(tensors, [int(first), int(cap)], [False] * len(items),
+                                                         list(range(len(items))))
+    return [[items[i][0] for i in bucket] for bucket in indices]
+
+
+def test_reducer_buckets_by_hand():
+    # first cap 4: a (3) stays open, a+b (8) reaches it: [a, b]; then cap 6: c (2) stays open, c+d (11): [c, d]
+    assert reducer_buckets([("a", 3), ("b", 5), ("c", 2), ("d", 9)], 6, 4) == [["a", "b"], ["c", "d"]]
+    # a bucket closes when it reaches the cap exactly (>=); a last partly filled one is a bucket too
+    assert reducer_buckets([("a", 4), ("b", 4), ("c", 4)], 8, 4) == [["a"], ["b", "c"]]
+    assert reducer_buckets([("a", 1), ("b", 1)], 8, 8) == [["a", "b"]]
 
 
 def test_04_3():
     mib = 2**20
     arrival = [(f"p{i}", n) for i, n in enumerate([40_000, 1_000, 300_000, 2_000, 262_144])]
-    recorded = {"buckets": {cap: [None, buckets(arrival, c, f)] for cap, (c, f) in
+    # no bucket of these sizes ends exactly at 0.05 or 0.001 MiB, where whole and fractional caps differ
+    recorded = {"buckets": {cap: [None, reducer_buckets(arrival, c, f)] for cap, (c, f) in
                             {"None": (25 * mib, mib), "0.05": (0.05 * mib,) * 2, "0.001": (0.001 * mib,) * 2}.items()}}
-    exercises.check_04_3(predict_buckets=buckets, arrival=arrival, recorded=recorded)
+    exercises.check_04_3(predict_buckets=reducer_buckets, arrival=arrival, recorded=recorded)
 
     def strict(items, cap, first):  # closes only above the cap: a wrong rule
-        return buckets(items, cap + 1, first + 1)
+        return reducer_buckets(items, cap + 1, first + 1)
 
     no_answer_in(failure(exercises.check_04_3, predict_buckets=strict, arrival=arrival, recorded=recorded))
 
@@ -230,32 +332,56 @@ def test_10_1_and_10_3():
                  f"{alpha / beta:g}")
 
 
-def test_10_2():
-    count = exercises._reference_count  # a correct answer: the count the check itself uses
+def reducer_count(nbytes, cap):
+    """How many buckets DDP's Reducer makes with one cap for every bucket (bucket_cap_mb given: the first
+    bucket's cap is the same): a correct answer to 10.2."""
+    return len(reducer_buckets([(str(i), n) for i, n in enumerate(nbytes)], cap, cap))
 
+
+def test_10_2():
+    assert [reducer_count([3, 5, 2, 9], 6), reducer_count([4, 4, 4], 8)] == [2, 2]  # [3+5] [2+9]; [4+4] [4]
     recorded = {"0.5": 4, "8": 2, "32": 1}
-    exercises.check_10_2(predict_buckets=count, predicted_buckets=dict(recorded), recorded=recorded)
+    exercises.check_10_2(predict_buckets=reducer_count, predicted_buckets=dict(recorded), recorded=recorded)
     no_answer_in(failure(exercises.check_10_2, predict_buckets=lambda nb, cap: len(nb), predicted_buckets=recorded,
                          recorded=recorded))
 
 
-def partition(sizes, world_size):
-    ranks, totals = [[] for _ in range(world_size)], [0] * world_size
-    for size in sorted(sizes, reverse=True):
-        r = totals.index(min(totals))
-        ranks[r].append(size)
-        totals[r] += size
-    return ranks
+@pytest.fixture
+def zero_partition(single_rank_group):
+    """ZeroRedundancyOptimizer's own partition of parameters of the given sizes (element counts) over
+    world_size ranks, as each rank's list of sizes: a correct answer to 11.1.
+
+    The optimizer is built in a one-process gloo group; then its world size is set and its partition made
+    again (``_partition_parameters`` reads the world size, the parameter groups and its cache only)."""
+    with warnings.catch_warnings():  # importing it jit-scripts torch's functional optimizers: deprecated
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    def partition(sizes, world_size):
+        params = [nn.Parameter(torch.zeros(n)) for n in sizes]
+        zero = ZeroRedundancyOptimizer(params, optimizer_class=torch.optim.SGD, lr=0.1)
+        zero.world_size, zero._partition_parameters_cache = world_size, []
+        return [[p.numel() for p in groups[0]["params"]] for groups in zero._partition_parameters()]
+
+    return partition
 
 
-def test_11_1():
+def test_zero_partition_by_hand(zero_partition):
+    # largest first, each to the first rank with the smallest total: 9 -> r0 (9, 0), 7 -> r1 (9, 7),
+    # 5 -> r1 (9, 12), 3 -> r0 (12, 12), 1 -> r0, the first of the two smallest (13, 12)
+    assert zero_partition([5, 9, 1, 7, 3], 2) == [[9, 3, 1], [7, 5]]
+    assert zero_partition([2, 8, 6], 4) == [[8], [6], [2], []]
+
+
+def test_11_1(zero_partition):
     def sizes_of(widths):
         return [p.numel() for p in make_stack(widths).parameters()]
 
-    recorded = {"partition": partition(sizes_of((32, 64, 64, 8)), 2),
-                "partition_even": partition(sizes_of((32, 32, 32)), 2)}
-    exercises.check_11_1(predict_partition=partition, found=(8, 16, 24, 24), recorded=recorded)
-    no_answer_in(failure(exercises.check_11_1, predict_partition=partition, found=(8, 8, 8), recorded=recorded))
+    recorded = {"partition": zero_partition(sizes_of((32, 64, 64, 8)), 2),
+                "partition_even": zero_partition(sizes_of((32, 32, 32)), 2)}
+    exercises.check_11_1(predict_partition=zero_partition, found=(8, 16, 24, 24), recorded=recorded)
+    no_answer_in(failure(exercises.check_11_1, predict_partition=zero_partition, found=(8, 8, 8),
+                         recorded=recorded))
 
     def in_order(sizes, world_size):  # no sort: a wrong rule
         ranks, totals = [[] for _ in range(world_size)], [0] * world_size
@@ -308,7 +434,7 @@ def test_12_2():
 
 def test_messages_never_hold_the_launch_answers():
     """The hints of the launch checks name what to look at, not the numbers a run should print."""
-    source = inspect.getsource(exercises)
+    source = "\n".join(inspect.getsource(m) for m in exercise_modules())
     for answer in ("359", "360", "\"max=10\"", "head_b.bias, head_b.weight", "cpu: autocast bfloat16, GradScaler off"):
         assert not re.search(rf'(?:what|hint)[^\n]*{re.escape(answer)}', source)
 

@@ -3,6 +3,7 @@ import torch
 from torch import nn
 
 from ddp_helpers.models import ConvNet, ToyModel, ToyMpModel, count_parameters, square_mlp
+from ddp_helpers.sharding import make_stack
 
 
 def test_toy_model_shape_and_parameters():
@@ -72,3 +73,48 @@ def test_square_mlp_names_and_sizes():
     assert names == ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"]
     assert model[0].weight.shape == (8, 8) and model[4].weight.shape == (10, 8)
     assert model(torch.randn(3, 8)).shape == (3, 10)
+
+
+def _by_hand(seed, *shapes):
+    """The reference: seed the global generator, then build the layers one by one."""
+    torch.manual_seed(seed)
+    layers = []
+    for fan_in, fan_out in shapes:
+        layers += [nn.Linear(fan_in, fan_out), nn.ReLU()]
+    return nn.Sequential(*layers[:-1])
+
+
+def _assert_same_parameters(model, reference):
+    got, want = dict(model.named_parameters()), dict(reference.named_parameters())
+    assert list(got) == list(want)
+    for name, p in want.items():
+        torch.testing.assert_close(got[name], p, rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_square_mlp_with_a_seed_is_reproducible_and_leaves_the_caller_rng(seed):
+    reference = _by_hand(seed, (8, 8), (8, 8), (8, 3))
+    torch.manual_seed(1234)
+    state = torch.get_rng_state()
+    model = square_mlp(8, 2, 3, seed=seed)
+    assert torch.equal(torch.get_rng_state(), state)
+    _assert_same_parameters(model, reference)
+
+
+def test_square_mlp_without_a_seed_draws_from_the_caller_rng():
+    reference = _by_hand(5, (6, 6), (6, 10))
+    after = torch.get_rng_state()
+    torch.manual_seed(5)
+    model = square_mlp(6, 1)
+    assert torch.equal(torch.get_rng_state(), after)   # it drew exactly what the hand-built layers drew
+    _assert_same_parameters(model, reference)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_make_stack_is_seeded_and_leaves_the_caller_rng(seed):
+    reference = _by_hand(seed, (32, 64), (64, 64), (64, 8))
+    torch.manual_seed(4321)
+    state = torch.get_rng_state()
+    model = make_stack(seed=seed)
+    assert torch.equal(torch.get_rng_state(), state)
+    _assert_same_parameters(model, reference)

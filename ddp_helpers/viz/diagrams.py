@@ -8,12 +8,17 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ddp_helpers.viz.figures import BOX, RS_COLOR, blank_axes, draw_arrow, draw_box
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
 # --------------------------------------------------------------------------- 00: parallelism
 
-def parallelism_overview():
+def parallelism_overview() -> Figure:
     """Four panels: data parallelism, model parallelism, ``nn.DataParallel`` and DDP.
 
     Each panel shows the processes, the GPUs, and what travels between them per step.
@@ -83,7 +88,7 @@ def parallelism_overview():
     return fig
 
 
-def launch_tree(records):
+def launch_tree(records: Iterable[Mapping[str, Any]]) -> Figure:
     """The process tree of one torchrun launch, from its workers' :func:`launch_record` s.
 
     Top: the process that ran torchrun; then one box per agent (one per node), each

@@ -17,10 +17,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
 
 RS_COLOR, AG_COLOR = "tab:red", "tab:green"
-BOX = {"process": "#dbe9f6", "gpu": "#fde9c9", "store": "#e2f0d9", "agent": "#ececec", "kernel": "#f4f4f4"}
+BOX: dict[str, str] = {"process": "#dbe9f6", "gpu": "#fde9c9", "store": "#e2f0d9", "agent": "#ececec", "kernel": "#f4f4f4"}
 
 
 # --------------------------------------------------------------------------- PNG and widgets
@@ -56,7 +57,7 @@ def show_figure(fig: Figure, dpi: int = 100) -> bytes:
 
 
 @functools.cache
-def _figure_box_class():
+def _figure_box_class() -> type:
     import ipywidgets as w
 
     class FigureBox(w.VBox):
@@ -69,7 +70,7 @@ def _figure_box_class():
         png: bytes = b""
         fallback_text: str = ""
 
-        def _repr_mimebundle_(self, **kwargs):
+        def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
             bundle = super()._repr_mimebundle_(**kwargs)
             if self.png:
                 bundle["image/png"] = base64.b64encode(self.png).decode("ascii")
@@ -89,7 +90,7 @@ def figure_box(children: Sequence[Any], fallback_text: str = "") -> Any:
 
 # --------------------------------------------------------------------------- drawing helpers
 
-def draw_box(ax, x: float, y: float, w: float, h: float, text: str, face: str, fontsize: float = 9,
+def draw_box(ax: Axes, x: float, y: float, w: float, h: float, text: str, face: str, fontsize: float = 9,
              weight: str = "normal", edge: str = "#555555", style: str = "round,pad=0.02") -> None:
     """A rounded box at (x, y) of size w x h with centred text."""
     from matplotlib.patches import FancyBboxPatch
@@ -98,7 +99,8 @@ def draw_box(ax, x: float, y: float, w: float, h: float, text: str, face: str, f
     ax.text(x + w / 2, y + h / 2, text, ha="center", va="center", fontsize=fontsize, fontweight=weight)
 
 
-def draw_arrow(ax, start: tuple[float, float], end: tuple[float, float], text: str = "", color: str = "#333333",
+def draw_arrow(ax: Axes, start: tuple[float, float], end: tuple[float, float], text: str = "",
+               color: str = "#333333",
                style: str = "-|>", ls: str = "-", rad: float = 0.0, fontsize: float = 8,
                text_offset: tuple[float, float] = (0.0, 0.0)) -> None:
     """An arrow from ``start`` to ``end``, bent by ``rad``, with an optional label at its middle."""
@@ -113,7 +115,7 @@ def draw_arrow(ax, start: tuple[float, float], end: tuple[float, float], text: s
                 bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0})
 
 
-def blank_axes(ax, xlim: tuple[float, float], ylim: tuple[float, float], title: str) -> None:
+def blank_axes(ax: Axes, xlim: tuple[float, float], ylim: tuple[float, float], title: str) -> None:
     """Axes without ticks or frame, for a diagram, with a bold title on the left."""
     ax.set_xlim(*xlim)
     ax.set_ylim(*ylim)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from ddp_helpers.ring import (
     ALL_GATHER,
@@ -26,7 +27,14 @@ from ddp_helpers.ring import (
     terms,
 )
 
-PHASE_COLORS = {REDUCE_SCATTER: "tab:red", ALL_GATHER: "tab:green"}
+if TYPE_CHECKING:
+    import numpy as np
+    from ipywidgets import VBox
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.patches import Patch
+
+PHASE_COLORS: dict[str, str] = {REDUCE_SCATTER: "tab:red", ALL_GATHER: "tab:green"}
 
 
 @dataclass(frozen=True)
@@ -73,7 +81,7 @@ def short_label(label: str) -> str:
 LABEL_FONTSIZE = 10  # points; at 100 dpi about 14 px, for every N (the figure grows instead)
 
 
-def draw_ring_step(ax, view: RingView) -> None:
+def draw_ring_step(ax: Axes, view: RingView) -> None:
     """Draw ``view`` on ``ax``: rows = ranks, columns = chunks, shade = contributions.
 
     Cells written at this step get a thick border (red: reduce-scatter, added in;
@@ -95,7 +103,7 @@ def draw_ring_step(ax, view: RingView) -> None:
                     fontsize=LABEL_FONTSIZE - (1 if n > 6 else 0),
                     color="white" if shade > 0.5 else "black", fontweight="bold" if full else "normal")
 
-    def arrow(x, y0, y1, color):
+    def arrow(x: float, y0: float, y1: float, color: str) -> None:
         ax.add_patch(FancyArrowPatch((x, y0), (x, y1), arrowstyle="-|>", mutation_scale=12,
                                      color=color, linewidth=1.4))
 
@@ -118,7 +126,7 @@ def draw_ring_step(ax, view: RingView) -> None:
     ax.set_title(view.title, fontsize=LABEL_FONTSIZE + 1)
 
 
-def ring_legend_handles(n: int):
+def ring_legend_handles(n: int) -> list[Patch]:
     """Legend entries: the two phases' borders and what the shading means."""
     from matplotlib import colormaps
     from matplotlib.patches import Patch
@@ -139,7 +147,7 @@ def figure_size(n: int) -> tuple[float, float]:
     return max(7.0, min(10.5, 2.2 + 1.05 * n)), 2.7 + 0.6 * n
 
 
-def ring_step_figure(n: int, step: int):
+def ring_step_figure(n: int, step: int) -> Figure:
     """A new figure with :func:`draw_ring_step` for ``step_view(n, step)`` and a legend."""
     import matplotlib.pyplot as plt
 
@@ -153,7 +161,7 @@ def ring_step_figure(n: int, step: int):
     return fig
 
 
-def ring_stepper(n: int = 4, max_n: int = 8, step: int = 0, interval_ms: int = 1200):
+def ring_stepper(n: int = 4, max_n: int = 8, step: int = 0, interval_ms: int = 1200) -> VBox:
     """A widget that steps through the ring for N ranks: ◀ / ▶ buttons, Play, sliders.
 
     The picture is :func:`ring_step_figure`, the same drawing as a static figure cell;
@@ -177,7 +185,7 @@ def ring_stepper(n: int = 4, max_n: int = 8, step: int = 0, interval_ms: int = 1
                      fallback_text="Ring stepper (a widget): run the cell in JupyterLab to step through it.")
     box.controls = {"n": n_slider, "step": step_slider, "prev": prev, "next": nxt, "play": play}
 
-    def redraw(_=None):
+    def redraw(_: Any = None) -> None:
         step_slider.max = num_steps(n_slider.value)
         prev.disabled = step_slider.value == 0
         nxt.disabled = step_slider.value == step_slider.max
@@ -187,7 +195,7 @@ def ring_stepper(n: int = 4, max_n: int = 8, step: int = 0, interval_ms: int = 1
             out.clear_output(wait=True)
             show_png(box.png)
 
-    def move(by):
+    def move(by: int) -> None:
         step_slider.value = min(step_slider.max, max(0, step_slider.value + by))
 
     prev.on_click(lambda _: move(-1))
@@ -198,7 +206,7 @@ def ring_stepper(n: int = 4, max_n: int = 8, step: int = 0, interval_ms: int = 1
     return box
 
 
-def holdings_text(value) -> str:
+def holdings_text(value: object) -> str:
     """How one rank's value is written in the collectives diagram."""
     if value is None:
         return "-"
@@ -209,7 +217,7 @@ def holdings_text(value) -> str:
     return str(value)
 
 
-def draw_holdings(axes, holdings: Mapping[str, Mapping[str, Sequence]]) -> None:
+def draw_holdings(axes: Sequence[Axes] | np.ndarray, holdings: Mapping[str, Mapping[str, Sequence]]) -> None:
     """One row of ``axes`` per collective: what each rank holds before and after.
 
     ``holdings[name] = {"before": [v_rank0, v_rank1, ...], "after": [...]}``; ``None``

@@ -8,13 +8,20 @@ The data comes from :func:`ddp_helpers.samplers.sampler_grid`, which asks torch'
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ddp_helpers.samplers import SamplerGrid, grid_summary, sampler_grid
 from ddp_helpers.viz.figures import figure_box, png_bytes, show_png
 
-COLORS = {"sample": "#cfe2f3", "duplicate": "#f6b26b", "dropped": "#e06666", "empty": "#ffffff"}
+if TYPE_CHECKING:
+    from ipywidgets import VBox
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+COLORS: dict[str, str] = {"sample": "#cfe2f3", "duplicate": "#f6b26b", "dropped": "#e06666", "empty": "#ffffff"}
 
 
-def draw_sampler_grid(data: SamplerGrid, ax=None):
+def draw_sampler_grid(data: SamplerGrid, ax: Axes | None = None) -> Figure:
     """Draw the grid: one row per rank, padded repeats in orange, dropped samples in a red strip below.
 
     Returns the matplotlib Figure (the caller shows or closes it).
@@ -73,7 +80,7 @@ def draw_sampler_grid(data: SamplerGrid, ax=None):
 
 
 def sampler_explorer(n: int = 10, num_replicas: int = 3, drop_last: bool = False, shuffle: bool = True,
-                     seed: int = 0, epoch: int = 0):
+                     seed: int = 0, epoch: int = 0) -> VBox:
     """An ipywidgets box: the sampler's arguments, a sentence on the result, and the grid below.
 
     The box keeps the latest SamplerGrid in ``box.data`` and its PNG in ``box.png`` (the box's
@@ -98,7 +105,7 @@ def sampler_explorer(n: int = 10, num_replicas: int = 3, drop_last: bool = False
                       summary, out],
                      fallback_text="Sampler explorer (a widget): run the cell in JupyterLab to use it.")
 
-    def redraw(_change=None):
+    def redraw(_change: Any = None) -> None:
         box.data = sampler_grid(**{k: c.value for k, c in controls.items()})
         text = grid_summary(box.data)
         summary.value = f"<b>{text}</b>" if box.data.num_samples == 0 else text

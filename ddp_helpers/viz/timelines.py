@@ -10,15 +10,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
 from ddp_helpers.checkpoint import restart_events
 from ddp_helpers.viz.figures import AG_COLOR, BOX, RS_COLOR, blank_axes, draw_arrow, draw_box
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 # A kill during epoch 2, restarted by torchrun, resumed from the snapshot: the figure without a run.
 DEFAULT_EVENTS = restart_events(["epoch 0:", "epoch 1:", "attempt 1: resumed from snapshot, next epoch 2",
                                  "epoch 2:", "epoch 3:"])
 
 
-def _save_load_panel(ax, nproc: int):
+def _save_load_panel(ax: Axes, nproc: int) -> None:
     from matplotlib.patches import Rectangle
 
     blank_axes(ax, (0, 12), (0, 1.2 * nproc + 0.8), "One snapshot: rank 0 saves atomically, every rank loads")
@@ -45,7 +52,7 @@ def _save_load_panel(ax, nproc: int):
             fontsize=8, style="italic")
 
 
-def _timeline_panel(ax, events):
+def _timeline_panel(ax: Axes, events: Sequence[Mapping[str, Any]]) -> None:
     attempts = sorted({e["attempt"] for e in events})
     last_epoch = max(e["epoch"] for e in events)
     blank_axes(ax, (-0.2, len(events) + 1.4), (-0.6, len(attempts) + 0.1),
@@ -74,7 +81,7 @@ def _timeline_panel(ax, events):
             fontsize=8)
 
 
-def checkpoint_flow(events=None, nproc: int = 2):
+def checkpoint_flow(events: Iterable[Mapping[str, Any]] | None = None, nproc: int = 2) -> Figure:
     """Two panels: one atomic save + barrier + load on ``nproc`` ranks, and a restart timeline.
 
     ``events`` as returned by :func:`restart_events` (a real run's rank-0 output); the default
@@ -96,13 +103,14 @@ def checkpoint_flow(events=None, nproc: int = 2):
 
 # --------------------------------------------------------------------------- 04: DDP step timeline
 
-def timeline_steps(timeline) -> list[tuple[str, str, list[str]]]:
+def timeline_steps(timeline: Iterable[str]) -> list[tuple[str, str, list[str]]]:
     """Parse ``"grad NAME"`` / ``"all-reduce bucket i"`` into (kind, label, bucket members).
 
     Kinds: ``grad`` (label = parameter name) and ``allreduce`` (label = ``bucket i``, members =
     the gradients that became ready since the previous all-reduce: the bucket's contents).
     """
-    steps, pending = [], []
+    steps: list[tuple[str, str, list[str]]] = []
+    pending: list[str] = []
     for entry in timeline:
         if entry.startswith("grad "):
             name = entry[len("grad "):]
@@ -116,7 +124,7 @@ def timeline_steps(timeline) -> list[tuple[str, str, list[str]]]:
     return steps
 
 
-def ddp_step_timeline(timeline):
+def ddp_step_timeline(timeline: Iterable[str]) -> Figure:
     """One DDP step in event order: forward, each gradient becoming ready, each bucket's all-reduce.
 
     Two lanes: compute (forward, then backward one parameter at a time) and communication

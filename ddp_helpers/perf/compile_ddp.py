@@ -1,6 +1,6 @@
 """``torch.compile`` and DDP: what gets compiled, counted with a graph-counting backend.
 
-    from ddp_helpers.compile_ddp import compile_variants
+    from ddp_helpers.perf.compile_ddp import compile_variants
     compile_variants(steps=3)     # inside a process group (a torchrun worker)
 
 Two ways to combine them: ``torch.compile(DDP(model))`` and ``DDP(torch.compile(model))``.
@@ -15,24 +15,28 @@ compiles for real (a cold compile costs tens of seconds on a laptop CPU).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_helpers.bench import default_device, make_mlp
-from ddp_helpers.checks import max_abs_diff
+from ddp_helpers.compare import max_abs_diff
+from ddp_helpers.models import square_mlp
+from ddp_helpers.perf.experiments import MODEL_SEED, train_step
+from ddp_helpers.perf.timing import default_device
 
 WRAP_THEN_COMPILE, COMPILE_THEN_WRAP = "torch.compile(DDP(model))", "DDP(torch.compile(model))"
 
 
 class UserMLP(nn.Module):
-    """:func:`ddp_helpers.bench.make_mlp` behind a ``forward`` written outside ``torch.nn``."""
+    """:func:`ddp_helpers.models.square_mlp` behind a ``forward`` written outside ``torch.nn``."""
 
     def __init__(self, width: int, depth: int) -> None:
         super().__init__()
-        self.body = make_mlp(width, depth)
+        self.body = square_mlp(width, depth, seed=MODEL_SEED)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x)
@@ -44,7 +48,7 @@ class GraphCounter:
     def __init__(self, backend: str = "eager") -> None:
         self.backend, self.subgraphs = backend, 0
 
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs):
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Callable[..., Any]:
         self.subgraphs += 1
         if self.backend == "eager":
             return gm.forward
@@ -61,15 +65,13 @@ def _dynamo_counts() -> tuple[int, int, list[str]]:
     return counters["stats"]["unique_graphs"], sum(breaks.values()), reasons
 
 
-def _train(model, steps: int, width: int, batch: int) -> None:
+def _train(model: nn.Module, steps: int, width: int, batch: int) -> None:
     g = torch.Generator().manual_seed(dist.get_rank())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     for _ in range(steps):
         x = torch.randn(batch, width, generator=g).to(default_device())
         y = torch.randint(10, (batch,), generator=g).to(default_device())
-        optimizer.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
-        optimizer.step()
+        train_step(model, optimizer, x, y)
 
 
 def compile_variants(width: int = 512, depth: int = 4, batch: int = 16, steps: int = 3, bucket_cap_mb: float = 1,
@@ -81,7 +83,7 @@ def compile_variants(width: int = 512, depth: int = 4, batch: int = 16, steps: i
     import torch._dynamo
 
     device = default_device()
-    makers = {"nn.Sequential": lambda: make_mlp(width, depth), "UserMLP": lambda: UserMLP(width, depth)}
+    makers = {"nn.Sequential": lambda: square_mlp(width, depth, seed=MODEL_SEED), "UserMLP": lambda: UserMLP(width, depth)}
     backends = ["eager", "inductor"] if inductor else ["eager"]
     result = {"width": width, "depth": depth, "steps": steps, "bucket_cap_mb": bucket_cap_mb, "variants": {}}
     for kind, make in makers.items():
@@ -108,6 +110,6 @@ def compile_variants(width: int = 512, depth: int = 4, batch: int = 16, steps: i
     return result
 
 
-def _plain_state(ddp: DDP) -> dict:
+def _plain_state(ddp: DDP) -> dict[str, torch.Tensor]:
     """The wrapped model's state dict without the ``_orig_mod.`` prefix torch.compile adds."""
     return {k.replace("_orig_mod.", ""): v for k, v in ddp.module.state_dict().items()}

@@ -1,6 +1,6 @@
 """DDP communication hooks, measured: bytes all-reduced per step, loss, replicas, step time.
 
-    from ddp_helpers.comm_hooks import count_allreduces, register_hook, hooks_run
+    from ddp_helpers.perf.hooks import count_allreduces, register_hook, hooks_run
 
     with count_allreduces() as sizes:      # bytes of every dist.all_reduce called inside
         loss.backward()
@@ -20,30 +20,43 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch import nn
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_helpers.bench import compare_collectives, default_device, make_mlp, median
-from ddp_helpers.checks import gather_digests
-from ddp_helpers.timing import load_average, measurable, spread, verdict
+from ddp_helpers.compare import gather_digests
+from ddp_helpers.models import square_mlp
+from ddp_helpers.perf.experiments import MODEL_SEED, Batch, train_step
+from ddp_helpers.perf.timing import (
+    compare_collectives,
+    default_device,
+    load_average,
+    measurable,
+    median,
+    spread,
+    verdict,
+)
 
 HOOKS = ("allreduce", "fp16", "powerSGD rank 1", "powerSGD rank 2", "powerSGD rank 4")
 START_POWERSGD_ITER = 2  # the smallest PowerSGD allows with error feedback (plain all-reduce before)
 ONE_BUCKET_MB = 64  # bucket_cap_mb that puts every gradient of the default model in one bucket
+TEACHER_SEED = 99  # the teacher network that labels the task of hooks_run
 
 
 @contextlib.contextmanager
-def count_allreduces():
+def count_allreduces() -> Iterator[list[int]]:
     """Yield a list that receives the byte count of every ``dist.all_reduce`` call made inside."""
     sizes: list[int] = []
     original = dist.all_reduce
 
     @functools.wraps(original)
-    def counting(tensor, *args, **kwargs):
+    def counting(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         sizes.append(tensor.numel() * tensor.element_size())
         return original(tensor, *args, **kwargs)
 
@@ -54,7 +67,8 @@ def count_allreduces():
         dist.all_reduce = original
 
 
-def register_hook(model: DDP, name: str, group=None):
+def register_hook(model: DDP, name: str, group: dist.ProcessGroup | None = None,
+                  ) -> dist.ProcessGroup | powerSGD_hook.PowerSGDState | None:
     """Register the hook called ``name`` (one of :data:`HOOKS`) on ``model``; return its state."""
     if name == "allreduce":
         model.register_comm_hook(group, default_hooks.allreduce_hook)
@@ -76,7 +90,7 @@ def bf16_registration_error() -> str | None:
     DDP refuses it unless torch was built with CUDA and NCCL >= 2.10, or XPU and XCCL
     (``torch/nn/parallel/distributed.py``, ``DistributedDataParallel._check_comm_hook``).
     """
-    model = DDP(make_mlp(8, 1).to(default_device()))
+    model = DDP(square_mlp(8, 1, seed=MODEL_SEED).to(default_device()))
     try:
         model.register_comm_hook(None, default_hooks.bf16_compress_hook)
     except TypeError as exc:
@@ -84,27 +98,22 @@ def bf16_registration_error() -> str | None:
     return None
 
 
-def teacher_batches(width: int, batch: int, count: int, classes: int = 10, seed: int = 0, device=None):
+def teacher_batches(width: int, batch: int, count: int, classes: int = 10, seed: int = 0,
+                    device: torch.device | str | None = None) -> list[Batch]:
     """A learnable task: random inputs (``seed`` and this rank's), labelled by one fixed teacher network."""
-    teacher = make_mlp(width, 1, classes, seed=99)
+    teacher = square_mlp(width, 1, classes, seed=TEACHER_SEED)
     g = torch.Generator().manual_seed(seed + 1000 * (dist.get_rank() + 1))
     xs = [torch.randn(batch, width, generator=g) for _ in range(count)]
     with torch.no_grad():
         return [(x.to(device), teacher(x).argmax(1).to(device)) for x in xs]
 
 
-def _held_out(width: int, device, size: int = 256):
+def _held_out(width: int, device: torch.device | str | None, size: int = 256) -> Batch:
     """Held-out samples of the task, the same on every rank."""
     g = torch.Generator().manual_seed(12345)
     x = torch.randn(size, width, generator=g)
     with torch.no_grad():
-        return x.to(device), make_mlp(width, 1, seed=99)(x).argmax(1).to(device)
-
-
-def _step(model, optimizer, x, y) -> None:
-    optimizer.zero_grad(set_to_none=True)
-    F.cross_entropy(model(x), y).backward()
-    optimizer.step()
+        return x.to(device), square_mlp(width, 1, seed=TEACHER_SEED)(x).argmax(1).to(device)
 
 
 def hooks_run(width: int = 1024, depth: int = 4, batch: int = 32, steps: int = 20, lr: float = 0.05,
@@ -122,7 +131,7 @@ def hooks_run(width: int = 1024, depth: int = 4, batch: int = 32, steps: int = 2
     and the ranks can issue them in different orders (a collective mismatch that aborts gloo).
     """
     device, world = default_device(), dist.get_world_size()
-    base = make_mlp(width, depth).to(device)
+    base = square_mlp(width, depth, seed=MODEL_SEED).to(device)
     data = teacher_batches(width, batch, steps, device=device)
     x_eval, y_eval = _held_out(width, device)
     result = {"world_size": world, "bucket_cap_mb": bucket_cap_mb, "parameters": sum(p.numel() for p in base.parameters()), "steps": steps,
@@ -136,9 +145,9 @@ def hooks_run(width: int = 1024, depth: int = 4, batch: int = 32, steps: int = 2
     payload: dict[str, list[int]] = {}
     batches = iter(data)
 
-    def train(name):
+    def train(name: str) -> None:
         with count_allreduces() as sizes:
-            _step(models[name], optimizers[name], *current)
+            train_step(models[name], optimizers[name], *current)
         payload[name] = sizes
 
     times = {name: [] for name in hooks}
@@ -162,7 +171,8 @@ def hooks_run(width: int = 1024, depth: int = 4, batch: int = 32, steps: int = 2
     return result
 
 
-def _alone(base, hooks: tuple[str, ...], data, bucket_cap_mb: float) -> dict[str, list[float]]:
+def _alone(base: nn.Module, hooks: tuple[str, ...], data: Sequence[Batch], bucket_cap_mb: float,
+           ) -> dict[str, list[float]]:
     """Step times of each hook on a one-process group (rank 0; the other ranks wait)."""
     solo = dist.new_group([0])
     rank = dist.get_rank()
@@ -173,7 +183,7 @@ def _alone(base, hooks: tuple[str, ...], data, bucket_cap_mb: float) -> dict[str
     optimizers = {name: torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9) for name, m in models.items()}
     times = {name: [] for name in hooks}
     for x, y in data:
-        ops = {name: (functools.partial(_step, models[name], optimizers[name], x, y) if rank == 0
+        ops = {name: (functools.partial(train_step, models[name], optimizers[name], x, y) if rank == 0
                       else (lambda: None)) for name in hooks}
         for name, t in compare_collectives(ops, repeats=1, warmup=0).items():
             times[name] += t
@@ -181,7 +191,7 @@ def _alone(base, hooks: tuple[str, ...], data, bucket_cap_mb: float) -> dict[str
     return times
 
 
-def compression_pays(hooks: dict, alpha: float, beta: float, reference: str = "allreduce") -> dict:
+def compression_pays(hooks: Mapping[str, Any], alpha: float, beta: float, reference: str = "allreduce") -> dict:
     """When does each hook of a :func:`hooks_run` result pay, by the alpha-beta model?
 
     It saves ``alpha * (fewer calls) + beta * (fewer bytes)`` of communication per step and costs

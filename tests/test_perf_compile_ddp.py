@@ -1,6 +1,6 @@
-"""ddp_helpers.compile_ddp: what torch.compile captures around DDP (eager backend, one rank)."""
+"""ddp_helpers.perf.compile_ddp: what torch.compile captures around DDP (eager backend, one rank)."""
 
-from ddp_helpers import compile_ddp
+from ddp_helpers.perf import compile_ddp
 
 
 def test_compile_variants_count_graphs(single_rank_group):

@@ -1,0 +1,89 @@
+"""Checks of notebook 04, DDP fundamentals: unused parameters, uneven shards, buckets."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+
+from ddp_helpers.exercises.core import ATOL, Answer, Exercise, check
+
+MiB = 2**20
+Arrival = Sequence[tuple[str, int]]  # (parameter name, gradient bytes) in the order the gradients are ready
+
+
+@check
+def check_04_1(*, unused: Answer[list[str] | tuple[str, ...] | set[str]]) -> None:
+    ex = Exercise("04.1")
+    ex.given(unused=unused)
+    # the worker's head_b is an nn.Linear that the forward never calls
+    heads = {f"head_b.{n}" for n, _ in torch.nn.Linear(10, 5).named_parameters()}
+    ex.require(isinstance(unused, list | tuple | set) and set(unused) == heads,
+               "`unused` is not the set of parameter names that the INFO error lists.",
+               "catch WorkerFailed, find the line starting with \"Parameters which\" in `.traceback_tail`, "
+               "and split the names after the colon at \", \".")
+    ex.correct()
+
+
+def _grads_of(model: torch.nn.Module, loss: torch.Tensor) -> list[torch.Tensor]:
+    return [g.detach() for g in torch.autograd.grad(loss, list(model.parameters()))]
+
+
+def _max_diff(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
+    return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
+
+
+@check
+def check_04_2(*, ddp_like: Answer[list[torch.Tensor]], weighted: Answer[list[torch.Tensor]],
+               model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> None:
+    ex = Exercise("04.2")
+    ex.given(ddp_like=ddp_like, weighted=weighted)
+    mse = torch.nn.functional.mse_loss
+    full = _grads_of(model, mse(model(x), y))
+    n = len(full)
+    for name, value in (("ddp_like", ddp_like), ("weighted", weighted)):
+        ex.require(isinstance(value, list | tuple) and len(value) == n,
+                   f"`{name}` is not a list of one gradient tensor per parameter ({n}).",
+                   "use `grads(model)` (ddp_helpers.compare) after each backward.")
+    g0, g1 = _grads_of(model, mse(model(x[:6]), y[:6])), _grads_of(model, mse(model(x[6:]), y[6:]))
+    ex.require(_max_diff(ddp_like, [(a + b) / 2 for a, b in zip(g0, g1, strict=True)]) <= ATOL,
+               f"`ddp_like` is not the plain average of the two shards' gradients (atol {ATOL}).",
+               "rank 0 has samples 0-5, rank 1 samples 6-7, each with the mean loss of its own samples.")
+    ex.require(_max_diff(weighted, full) <= ATOL,
+               f"`weighted` does not equal the gradient of the mean loss over all 8 samples (atol {ATOL}).",
+               "DDP still divides by the world size: weight each rank's mean by its share of the samples times 2.")
+    ex.correct()
+
+
+def _reference_buckets(names_and_bytes: Arrival, cap: float, first: float) -> list[list[str]]:
+    buckets, current, size = [], [], 0
+    for name, nbytes in names_and_bytes:
+        current.append(name)
+        size += nbytes
+        if size >= (first if not buckets else cap):
+            buckets.append(current)
+            current, size = [], 0
+    return buckets + ([current] if current else [])
+
+
+@check
+def check_04_3(*, predict_buckets: Answer[Callable[[Arrival, float, float], list[list[str]]]],
+               arrival: Arrival, recorded: dict) -> None:
+    ex = Exercise("04.3")
+    ex.given(predict_buckets=predict_buckets)
+    ex.function("predict_buckets", predict_buckets)
+    cases = [([("a", 3), ("b", 5), ("c", 2), ("d", 9)], 6, 4), ([("a", 10)], 4, 4), ([("a", 1), ("b", 1)], 8, 1),
+             ([("a", 4), ("b", 4), ("c", 4)], 8, 100)]
+    for items, cap, first in cases:
+        got = predict_buckets(items, cap, first)
+        ex.require(isinstance(got, list | tuple) and [list(b) for b in got] == _reference_buckets(items, cap, first),
+                   f"predict_buckets({items}, {cap}, {first}) is wrong.",
+                   "a bucket closes as soon as its size reaches the cap (>=), the first bucket uses first_cap_bytes, "
+                   "and a last partly filled bucket counts too.")
+    caps = {"None": (25 * MiB, MiB), "0.05": (0.05 * MiB,) * 2, "0.001": (0.001 * MiB,) * 2}
+    for cap, (cap_bytes, first) in caps.items():
+        ex.require(predict_buckets(arrival, cap_bytes, first) == recorded["buckets"][cap][1],
+                   f"the prediction for bucket_cap_mb={cap} differs from the buckets the worker recorded.",
+                   "walk the parameters in reverse order of model.named_parameters(); the default cap is 25 MiB "
+                   "with a first bucket of 1 MiB.")
+    ex.correct()

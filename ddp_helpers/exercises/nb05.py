@@ -1,0 +1,98 @@
+"""Checks of notebook 05, checkpoints and fault tolerance."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import pickle
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import torch
+
+from ddp_helpers.exercises.core import Answer, Exercise, check, numbers
+from ddp_helpers.launch import LaunchResult
+
+
+@check
+def check_05_1(*, ex1: Answer[torch.nn.Module], reference: Mapping[str, torch.Tensor]) -> None:
+    ex = Exercise("05.1")
+    ex.given(ex1=ex1)
+    ex.require(isinstance(ex1, torch.nn.Module), "`ex1` is not a model.", "`ex1 = ToyModel()`, then load.")
+    state = ex1.state_dict()
+    ex.require(set(state) == set(reference), "`ex1`'s parameter names differ from the plain model's.",
+               "strip the prefix \"module.\" (with the dot) before `load_state_dict`.")
+    ex.require(all(torch.equal(state[k], reference[k]) for k in reference),
+               "`ex1`'s weights differ from module_state_dict.pt.",
+               "load runs/05_checkpoints/save_load/ddp_state_dict.pt into it, not a fresh model's weights.")
+    ex.correct()
+
+
+@check
+def check_05_2(*, ns_file: Answer[str | Path], dict_file: Answer[str | Path]) -> None:
+    ex = Exercise("05.2")
+    ex.given(ns_file=ns_file, dict_file=dict_file)
+    for name, path in (("ns_file", ns_file), ("dict_file", dict_file)):
+        ex.require(Path(path).is_file(), f"`{name}` is not a saved file.", "save it with torch.save first.")
+    try:
+        torch.load(ns_file, weights_only=True)
+        refused = False
+    except pickle.UnpicklingError:
+        refused = True
+    ex.require(refused, "`ns_file` loads with weights_only=True, so it holds no Namespace.",
+               "save `{\"model\": ..., \"args\": argparse.Namespace(lr=0.1, epochs=3)}`.")
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        args = torch.load(ns_file, weights_only=True).get("args")
+    ex.require(getattr(args, "lr", None) == 0.1, "the Namespace in `ns_file` does not have lr == 0.1.",
+               "save the colleague's `argparse.Namespace(lr=0.1, epochs=3)`.")
+    plain = torch.load(dict_file, weights_only=True).get("args")
+    ex.require(isinstance(plain, dict) and plain.get("lr") == 0.1,
+               "`dict_file`'s \"args\" is not a plain dict with lr == 0.1.",
+               "save `vars(args)` instead of the Namespace.")
+    ex.correct()
+
+
+@check
+def check_05_3(*, save_rotating: Answer[Callable[..., object]],
+               latest: Answer[Callable[[Path], Path | str | None]]) -> None:
+    ex = Exercise("05.3")
+    ex.given(save_rotating=save_rotating, latest=latest)
+    ex.function("save_rotating", save_rotating)
+    ex.function("latest", latest)
+    for keep, epochs in ((2, range(5)), (3, range(12))):
+        with tempfile.TemporaryDirectory() as tmp:
+            folder = Path(tmp) / "rotating"
+            for epoch in epochs:
+                save_rotating({"epoch_next": epoch + 1}, folder, epoch, keep=keep)
+            names = sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+            ex.require(names == [f"snapshot_{e:04d}.pt" for e in list(epochs)[-keep:]],
+                       f"after saving epochs {epochs.start}..{epochs.stop - 1} with keep={keep} the folder does not "
+                       f"hold exactly the newest {keep} snapshots.",
+                       "name files snapshot_{epoch:04d}.pt, write with atomic_save (it makes no folder: mkdir "
+                       "first), then delete the oldest by sorted name.")
+            newest = latest(folder)
+            ex.require(newest is not None and Path(newest).name == f"snapshot_{epochs.stop - 1:04d}.pt",
+                       "`latest(folder)` does not return the newest snapshot.", "zero-padded names sort by epoch.")
+            ex.require(torch.load(newest, weights_only=True) == {"epoch_next": epochs.stop},
+                       "the newest snapshot does not hold the object saved last.", "save `obj` itself.")
+    ex.correct()
+
+
+@check
+def check_05_4(*, fixed_run: Answer[LaunchResult],
+               script: str | Path = "scripts/05_rank0_collective_fixed.py") -> None:
+    ex = Exercise("05.4")
+    ex.given(fixed_run=fixed_run)
+    ex.launched("fixed_run", fixed_run, 2)
+    mean = sum(1.0 + r for r in range(2)) / 2
+    rank0 = [x for line in fixed_run.stdout[0] for x in numbers(line)]
+    ex.require(any(math.isclose(x, mean, rel_tol=1e-6) for x in rank0),
+               "rank 0 did not print the mean loss over the ranks.",
+               "all-reduce the loss on every rank, divide by the world size, print only on rank 0.")
+    ex.require(not any(numbers(line) for line in fixed_run.stdout[1]),
+               "rank 1 printed a loss: only rank 0 should \"save\".", "keep the print inside `if ctx.rank == 0:`.")
+    ex.require(all(any("barrier" in line for line in fixed_run.stdout[r]) for r in range(2)),
+               "not every rank printed its line after the barrier.",
+               "call `dist.barrier()` on every rank, then print.")
+    ex.correct()

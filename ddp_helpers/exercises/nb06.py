@@ -1,0 +1,91 @@
+"""Checks of notebook 06, mixed precision: GradScaler, float16's range, accumulation, the bf16 run."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ddp_helpers.exercises.core import ATOL, Answer, Exercise, check
+
+
+def _scales(pattern: Sequence[float | None], init_scale: float = 64.0, growth_interval: int = 2) -> list[float]:
+    """A fresh GradScaler's scale after each update(); an entry that is not None is written into the gradient."""
+    param = torch.nn.Parameter(torch.ones(1))
+    optimizer = torch.optim.SGD([param], lr=0.0)
+    scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, growth_interval=growth_interval)
+    out = []
+    for bad in pattern:
+        optimizer.zero_grad()
+        scaler.scale(param.sum()).backward()
+        if bad is not None:
+            param.grad.fill_(bad)
+        scaler.step(optimizer)
+        scaler.update()
+        out.append(scaler.get_scale())
+    return out
+
+
+@check
+def check_06_1(*, by_hand: Answer[Sequence[float]], measured: Answer[Sequence[float]]) -> None:
+    ex = Exercise("06.1")
+    ex.given(by_hand=by_hand, measured=measured)
+    truth = _scales([None, float("inf"), None, None, None, float("nan"), None, None])
+    ex.require(len(by_hand) == len(truth), f"`by_hand` should hold {len(truth)} scales, one per update().",
+               "one entry per step of the pattern.")
+    ex.require([float(s) for s in by_hand] == truth, "your hand-worked scales are not what GradScaler does.",
+               "an inf/nan step halves the scale and resets the clean-step count; growth_interval clean steps in a "
+               "row double it.")
+    ex.require([float(s) for s in measured] == truth,
+               "`measured` does not hold a fresh GradScaler's scale after each update().",
+               "create the scaler with init_scale=64, growth_interval=2, and record `scaler.get_scale()` per step.")
+    ex.correct()
+
+
+def _cast(value: float, k: int) -> torch.Tensor:
+    return torch.tensor(value * 2.0**k).half()
+
+
+@check
+def check_06_2(*, k_small: Answer[int], k_large: Answer[int]) -> None:
+    ex = Exercise("06.2")
+    ex.given(k_small=k_small, k_large=k_large)
+    tiny = torch.finfo(torch.float16).tiny
+    truth_small = next(k for k in range(64) if _cast(1e-9, k).item() >= tiny)
+    truth_large = max(k for k in range(64) if not torch.isinf(_cast(10.0, k)))
+    ex.require(k_small == truth_small, "`k_small` is not the smallest exponent that makes 1e-9 a normal float16.",
+               "compare the cast value with `torch.finfo(torch.float16).tiny` (normal), not with 0 (subnormal).")
+    ex.require(k_large == truth_large, "`k_large` is not the largest exponent for which 10 * 2**k stays finite.",
+               "cast `10.0 * 2.0**k` to float16 and test `torch.isinf`.")
+    ex.correct()
+
+
+@check
+def check_06_3(*, net: Answer[torch.nn.Module], full: Answer[Sequence[torch.Tensor]],
+               acc_scaler: Answer[torch.amp.GradScaler]) -> None:
+    ex = Exercise("06.3")
+    ex.given(net=net, full=full, acc_scaler=acc_scaler)
+    params = list(net.parameters())
+    ex.require(all(p.grad is not None for p in params), "`net` has no gradients.",
+               "call `acc_scaler.scale(loss / 4).backward()` for each micro-batch.")
+    ex.require(all(torch.allclose(p.grad, g, atol=ATOL) for p, g in zip(params, full, strict=True)),
+               f"the unscaled accumulated gradients differ from the full-batch gradient (atol {ATOL}).",
+               "divide each micro-batch loss by the number of micro-batches and call `unscale_` before comparing.")
+    ex.require(acc_scaler.state_dict().get("_growth_tracker") == 1,
+               "the scaler's clean-step count is not one per optimizer step.",
+               "call unscale_/step/update once, after the last micro-batch, not per micro-batch.")
+    ex.correct()
+
+
+@check
+def check_06_4(*, bf16: Answer[dict]) -> None:
+    ex = Exercise("06.4")
+    ex.given(bf16=bf16)
+    ex.require(isinstance(bf16, dict) and "recipe" in bf16, "`bf16` is not the worker's rank-0 JSON record.",
+               "`json.load(open(\"<your --out folder>/rank0.json\"))`.")
+    ex.require(bf16["recipe"].startswith("cpu: autocast bfloat16"),
+               "the run did not use the default CPU recipe.", "pass `env={\"AMP_DTYPE\": \"\"}` to the launch.")
+    ex.require(bf16.get("saved_scaler") == {} and bf16.get("resumed_equal") is True,
+               "the saved scaler state or the resume comparison is not what the default recipe gives.",
+               "run with `--overflow-step -1` and read `saved_scaler` and `resumed_equal`.")
+    ex.correct()

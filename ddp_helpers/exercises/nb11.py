@@ -1,0 +1,83 @@
+"""Checks of notebook 11, sharding: ZeRO's partition, ZeRO's memory, FSDP's payloads."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+
+import torch
+
+from ddp_helpers.exercises.core import Answer, Exercise, check
+
+
+def _reference_partition(sizes: Sequence[int], world_size: int) -> list[list[int]]:
+    ranks, totals = [[] for _ in range(world_size)], [0] * world_size
+    for size in sorted(sizes, reverse=True):
+        r = totals.index(min(totals))
+        ranks[r].append(size)
+        totals[r] += size
+    return ranks
+
+
+def _sizes_of(widths: tuple[int, ...]) -> list[int]:
+    from ddp_helpers.sharding import make_stack
+
+    return [p.numel() for p in make_stack(widths).parameters()]
+
+
+@check
+def check_11_1(*, predict_partition: Answer[Callable[[Sequence[int], int], list[list[int]]]],
+               found: Answer[Sequence[int]], recorded: Mapping[str, list[list[int]]]) -> None:
+    ex = Exercise("11.1")
+    ex.given(predict_partition=predict_partition, found=found)
+    ex.function("predict_partition", predict_partition)
+    for sizes, n in (([5, 9, 1, 7, 3], 2), ([4, 4, 4, 4], 3), ([100, 1, 1, 1], 2), ([2, 8, 6], 4)):
+        ex.require(predict_partition(sizes, n) == _reference_partition(sizes, n),
+                   f"predict_partition({sizes}, {n}) is wrong.",
+                   "largest first; each goes to the first rank with the smallest total so far.")
+    for key, widths in (("partition", (32, 64, 64, 8)), ("partition_even", (32, 32, 32))):
+        ex.require(predict_partition(_sizes_of(widths), 2) == recorded[key],
+                   f"your partition of make_stack{widths} differs from the recorded `{key}`.",
+                   "see the small cases above.")
+    found = tuple(found)
+    pairs = list(zip(found, found[1:], strict=False))
+    ex.require(len(set(pairs)) == len(pairs) > 0, "`found` has two identical layers.",
+               "every (in, out) pair of consecutive widths must differ.")
+    ex.require(len({sum(r) for r in _reference_partition(_sizes_of(found), 2)}) == 1,
+               "the partition of `found` over 2 ranks is not exactly even.", "search with itertools.product.")
+    ex.correct()
+
+
+@check
+def check_11_2(*, per_gpu: Answer[Sequence[float]], smallest_stage: Answer[int]) -> None:
+    ex = Exercise("11.2")
+    ex.given(per_gpu=per_gpu, smallest_stage=smallest_stage)
+    from ddp_helpers.sharding import zero_formula
+
+    truth = [sum(zero_formula(7_500_000_000, 64, s, bytes_per_value=2, moments=6).values()) / 1e9 for s in range(4)]
+    ex.require(len(per_gpu) == 4 and all(math.isclose(float(a), b, rel_tol=1e-6)
+                                         for a, b in zip(per_gpu, truth, strict=False)),
+               "`per_gpu` is not the four stages' per-GPU memory in GB (rel. tol. 1e-6).",
+               "sum the dict zero_formula returns (bytes_per_value=2, moments=6) and divide by 1e9 (GB, not GiB).")
+    ex.require(smallest_stage == next(s for s, gb in enumerate(truth) if gb <= 32),
+               "`smallest_stage` is not the smallest stage that fits in 32 GB.",
+               "the first stage whose total is <= 32.")
+    ex.correct()
+
+
+@check
+def check_11_3(*, predicted: Answer[dict[str, dict[str, int]]], model: Iterable[torch.nn.Module],
+               recorded: Mapping[str, dict[str, int]]) -> None:
+    ex = Exercise("11.3")
+    ex.given(predicted=predicted)
+    layer = [4 * sum(p.numel() for p in m.parameters()) for m in model if isinstance(m, torch.nn.Linear)]
+    truth = {"forward_bytes": {"all_gather": sum(layer)},
+             "backward_bytes": {"all_gather": sum(layer), "reduce_scatter": sum(layer)}}
+    ex.require(isinstance(predicted, dict) and set(predicted) == set(truth),
+               "`predicted` should have the keys \"forward_bytes\" and \"backward_bytes\".",
+               "each maps a collective's name to its payload bytes.")
+    ex.require(predicted == truth and all(recorded[k] == v for k, v in predicted.items()),
+               "the predicted payloads differ from what the worker counted.",
+               "with reshard_after_forward=True the backward gathers every layer again; gradients are "
+               "reduce-scattered.")
+    ex.correct()

@@ -6,17 +6,17 @@ STAMP   := $(VENV)/.installed
 # Notebooks run without live widgets when executed headless (nbval, nbconvert);
 # matplotlib keeps the kernel's inline backend so figures are stored as PNGs.
 # The notebook list, the nbval options and their environment are written once, in ddp_helpers/series.py
-# (standard library only, so any python3 answers before the venv exists). CPU_ENV is the CPU path on
+# (standard library only, so any python3 answers before the venv exists: $(PY), else python3). CPU_ENV is the CPU path on
 # every machine: GPUs hidden (torch sees none, in the kernel and in every worker) and gloo forced (the
 # runtime's DDP_BACKEND switch), so a GPU box runs and stores what a laptop does; the GPU path is
 # `make gpu-check`. NB_ENV adds what strict nbval needs (launch summaries only, fixed hashing).
-SERIES    = $(shell $(PY) ddp_helpers/series.py $(1))
+SERIES    = $(shell { $(PY) ddp_helpers/series.py $(1) || python3 ddp_helpers/series.py $(1); } 2>/dev/null)
 CPU_ENV   := $(call SERIES,cpu-env)
 NB_ENV    := $(call SERIES,nbval-env)
 NBVAL     := $(call SERIES,nbval-args)
 NOTEBOOKS := $(call SERIES,notebooks)
 ifeq ($(and $(CPU_ENV),$(NB_ENV),$(NBVAL),$(NOTEBOOKS)),)
-$(error ddp_helpers/series.py did not answer with PY=$(PY): run make from the repository root with a working python3, or pass PY=/path/to/python3)
+$(error ddp_helpers/series.py did not answer (tried PY=$(PY) and python3): run make from the repository root, with python3 on PATH)
 endif
 # NBVAL_JOBS=2 runs two notebooks at a time (pytest-xdist; --dist loadfile keeps a notebook's cells in
 # order, in one kernel). Not the default: on 2 busy cores one such run failed two cells, so make test

@@ -6,9 +6,9 @@ chunk every rank sends to its right-hand neighbour at each of the ``2(n-1)`` ste
 * :func:`simulate_ring` applies the schedule to plain Python values (numbers, or
   names such as ``"A0"`` with string concatenation), with no processes: it produces
   the step-by-step states that notebook 01 prints, draws and asserts.
-* :func:`ring_all_reduce` applies the same schedule to a real tensor with
-  ``torch.distributed`` ``isend``/``irecv``, pipelined in segments, and returns the
-  bytes it sent (:class:`RingStats`).
+* :func:`ring_all_reduce` applies the same schedule to a real tensor: each step's send
+  and receive go out together through ``dist.batch_isend_irecv`` (the form NCCL needs),
+  pipelined in segments, and it returns the bytes it sent (:class:`RingStats`).
 
 Conventions. The tensor is flattened and cut into ``n`` chunks the way
 ``torch.tensor_split`` does (the first ``numel % n`` chunks are one element longer).
@@ -38,7 +38,7 @@ import torch.distributed as dist
 REDUCE_SCATTER = "reduce-scatter"
 ALL_GATHER = "all-gather"
 DEFAULT_SEGMENT_BYTES = 4 << 20  # pipelining grain: small enough to overlap, big enough to be cheap
-DEFAULT_WINDOW = 4  # receives kept posted ahead of the one being consumed
+DEFAULT_WINDOW = 4  # transfers in flight at once
 
 
 @dataclass(frozen=True)
@@ -220,10 +220,16 @@ def ring_all_reduce(tensor: torch.Tensor, op: dist.ReduceOp.RedOpType = dist.Red
     """All-reduce ``tensor`` in place with the ring schedule; returns :class:`RingStats`.
 
     Drop-in for ``dist.all_reduce(tensor, op, group)`` with SUM, AVG, PRODUCT, MAX, MIN.
-    Each chunk is cut into segments of at most ``segment_bytes``. The receives for the
-    next ``window`` segments are always posted, and a segment is forwarded as soon as it
-    has arrived (and been reduced): sending, receiving and adding overlap instead of
-    waiting for whole steps to finish.
+    Each chunk is cut into segments of at most ``segment_bytes``. One transfer is a segment's
+    send to the right *and* the matching receive from the left, issued together by
+    ``dist.batch_isend_irecv``: NCCL runs one batch as one group (``ncclGroupStart/End``, the
+    coalescing branch of ``batch_isend_irecv`` in ``torch/distributed/distributed_c10d.py``),
+    so the two halves cannot block each other. Lone ``irecv``/``isend`` calls on one NCCL group
+    are serialized (see ``TORCH_NCCL_SHOW_EAGER_INIT_P2P_SERIALIZATION_WARNING`` in
+    ``torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp``): every rank's first call, a receive,
+    would wait for a send its neighbour has not issued yet. Gloo runs the same batches as
+    plain isend/irecv. Up to ``window`` transfers are in flight; a segment is forwarded as
+    soon as it has arrived (and been reduced): sending, receiving and adding overlap.
     """
     if op not in _COMBINE:
         raise ValueError(f"unsupported op {op!r}; use SUM, AVG, PRODUCT, MAX or MIN")
@@ -243,52 +249,46 @@ def ring_all_reduce(tensor: torch.Tensor, op: dist.ReduceOp.RedOpType = dist.Red
     n_seg = max(1, -(-(chunks[0][1] * size) // segment_bytes))  # chunk 0 is the longest
     seg = [_segments(a, b, n_seg) for a, b in chunks]  # seg[chunk][j] = (lo, hi)
     steps, combine = num_steps(n), _COMBINE[op]
-    # Receive events in the order they are consumed; event i uses scratch slot i % window.
+    # Transfers in the order they complete; transfer i receives into scratch slot i % window.
     events = [(step, j) for step in range(steps) for j in range(n_seg)]
     slot_len = seg[0][0][1] - seg[0][0][0]  # the longest segment
     scratch = _scratch(window * slot_len, flat)
-    pending: dict[int, tuple[Any, torch.Tensor | None, int, int]] = {}
-    sends: list[Any] = []
+    in_flight: dict[int, tuple[list[Any], torch.Tensor | None, int, int]] = {}
     sent = received = messages = 0
 
-    def post_recv(i: int) -> None:
-        nonlocal received
+    def start(i: int) -> None:
+        """Transfer i: send segment j of this step's chunk, receive segment j of the next one."""
+        nonlocal sent, received, messages
         step, j = events[i]
-        lo, hi = seg[recv_chunk(rank, step, n)][j]
-        if hi == lo:
-            return  # empty segment (tiny tensor): the sender skips it too
-        reducing = step < n - 1
-        buf = scratch[(i % window) * slot_len:][:hi - lo] if reducing else flat[lo:hi]
-        pending[i] = (dist.irecv(buf, src=left, group=group, tag=i), buf if reducing else None, lo, hi)
-        received += (hi - lo) * size
-
-    def post_send(step: int, j: int) -> None:
-        nonlocal sent, messages
+        ops = []
         lo, hi = seg[send_chunk(rank, step, n)][j]
-        if hi > lo:  # the tag is the receiver's event index
-            sends.append(dist.isend(flat[lo:hi], dst=right, group=group, tag=step * n_seg + j))
+        if hi > lo:  # an empty segment (tiny tensor) is skipped on both sides; the tag is i on both
+            ops.append(dist.P2POp(dist.isend, flat[lo:hi], right, group, tag=i))
             sent += (hi - lo) * size
             messages += 1
+        lo, hi = seg[recv_chunk(rank, step, n)][j]
+        reducing = step < n - 1
+        buf = scratch[(i % window) * slot_len:][:hi - lo] if reducing else flat[lo:hi]
+        if hi > lo:
+            ops.append(dist.P2POp(dist.irecv, buf, left, group, tag=i))
+            received += (hi - lo) * size
+        in_flight[i] = (dist.batch_isend_irecv(ops) if ops else [], buf if reducing else None, lo, hi)
 
-    for i in range(min(window, len(events))):
-        post_recv(i)
-    for j in range(n_seg):
-        post_send(0, j)
+    started = 0
     for i, (step, j) in enumerate(events):
-        if i in pending:
-            work, buf, lo, hi = pending.pop(i)
+        # Start every transfer whose send is ready: transfer k sends what transfer k - n_seg
+        # received (the same segment, one step earlier), and at most `window` run at once.
+        while started < len(events) and started < i + window and started - n_seg < i:
+            start(started)
+            started += 1
+        works, buf, lo, hi = in_flight.pop(i)
+        for work in works:
             work.wait()
-            if buf is not None:
-                combine(flat[lo:hi], buf)
+        if buf is not None and hi > lo:
+            combine(flat[lo:hi], buf)
         if step == n - 2 and op == dist.ReduceOp.AVG:
             lo, hi = seg[rank][j]  # this rank now owns chunk `rank`, fully summed
             flat[lo:hi].div_(n)
-        if step + 1 < steps:
-            post_send(step + 1, j)  # what was just received is what goes out next
-        if i + window < len(events):
-            post_recv(i + window)  # slot i % window is free again
-    for work in sends:
-        work.wait()
     if work_tensor is not tensor:
         tensor.copy_(work_tensor)
     return RingStats(sent, received, messages, steps)

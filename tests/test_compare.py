@@ -46,14 +46,19 @@ def test_checksum_is_position_weighted():
     assert checksum([x]) == 1 * 1 + 2 * 2 + 3 * 3
     assert checksum([x.flip(0)]) != checksum([x])
     assert checksum([None, x]) == checksum([x])
-    assert checksum([torch.ones(8)]) == sum(1 + i % 7 for i in range(8))
+    assert checksum([torch.ones(8)]) == 29  # weights 1, 2, ..., 7 (sum 28), then 1 again: 28 + 1
 
 
 def test_max_abs_diff_on_state_dicts_and_grad_lists():
     torch.manual_seed(0)
     a, b = ToyModel(), ToyModel()
-    expected = max((pa - pb).abs().max().item() for pa, pb in zip(a.parameters(), b.parameters(), strict=True))
-    assert max_abs_diff(a, b) == pytest.approx(expected)
+    # another path: all parameters as one vector, the infinity norm of the difference
+    flat = nn.utils.parameters_to_vector(a.parameters()) - nn.utils.parameters_to_vector(b.parameters())
+    assert max_abs_diff(a, b) == pytest.approx(torch.linalg.vector_norm(flat, ord=float("inf")).item())
+    b.load_state_dict(a.state_dict())
+    with torch.no_grad():
+        b.net2.bias[1] += 0.25  # one value moved: that is the largest difference
+    assert max_abs_diff(a, b) == pytest.approx(0.25)
     assert max_abs_diff(a.state_dict(), a.state_dict()) == 0.0
     assert max_abs_diff([torch.zeros(2), None], [torch.tensor([0.0, -0.5]), None]) == 0.5
     assert max_abs_diff([], []) == 0.0
@@ -120,7 +125,7 @@ def test_bucket_recorder_counts_allreduces(single_rank_group):
     calls = recorder.take()
     assert len(calls) == 1 and calls[0][0] == 0
     assert sorted(calls[0][1]) == ["net1.bias", "net1.weight", "net2.bias", "net2.weight"]
-    assert calls[0][2] == 165 and recorder.take() == []
+    assert calls[0][2] == 165 and recorder.take() == []  # 10*10 + 10 + 10*5 + 5 values, one bucket
     with ddp.no_sync():
         ddp(torch.randn(4, 10)).sum().backward()
     assert recorder.take() == []  # no_sync: no collective at all

@@ -1,5 +1,6 @@
 import math
 import textwrap
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,6 +14,15 @@ from ddp_helpers.evaluation import EarlyStopping, EvalResult, any_rank, evaluate
 def _data(n=37, seed=0):
     gen = torch.Generator().manual_seed(seed)
     return TensorDataset(torch.randn(n, 6, generator=gen), torch.randint(0, 3, (n,), generator=gen))
+
+
+def _direct(model, x, y):
+    """The reference: one forward over all samples, torch's mean cross-entropy, no ddp_helpers."""
+    model.eval()
+    with torch.no_grad():
+        logits = model(x)
+    correct = int((logits.argmax(1) == y).sum())
+    return SimpleNamespace(loss=F.cross_entropy(logits, y).item(), correct=correct, count=len(y))
 
 
 def test_evaluate_single_process_matches_direct_computation():
@@ -43,7 +53,9 @@ def test_evaluate_unwraps_module_attribute():
 
     inner = nn.Linear(6, 3)
     wrapped = evaluate(Wrapper(inner), DataLoader(_data(), batch_size=8), "cpu")
-    assert wrapped == evaluate(inner, DataLoader(_data(), batch_size=8), "cpu")
+    want = _direct(inner, *_data().tensors)  # the inner module on all 37 samples at once
+    assert (wrapped.count, wrapped.correct) == (want.count, want.correct)
+    assert math.isclose(wrapped.loss, want.loss, rel_tol=1e-6)
 
 
 def test_reduce_sums_and_any_rank_outside_group():
@@ -117,7 +129,7 @@ WORKER = textwrap.dedent('''
 def test_two_ranks_exact_evaluation(ranks_json):
     outs = ranks_json(WORKER)
     torch.manual_seed(0)
-    single = evaluate(nn.Linear(6, 3), DataLoader(_data(), batch_size=37), "cpu")
+    single = _direct(nn.Linear(6, 3), *_data().tensors)  # the same model on all 37 samples, by hand
     for rank, out in enumerate(outs):
         got = EvalResult(**out["all"])
         assert got.count == 37 and got.correct == single.correct
@@ -157,9 +169,8 @@ def _plain_bn(running_mean: float) -> nn.Module:
 def test_plain_batchnorm_shards_are_evaluated_with_their_own_running_stats(ranks_json):
     outs = ranks_json(PLAIN_BN_WORKER)
     x, y = _data().tensors
-    own = [evaluate(_plain_bn(float(r)), DataLoader(TensorDataset(x[r::2], y[r::2]), batch_size=37), "cpu")
-           for r in (0, 1)]
-    rank0_model = evaluate(_plain_bn(0.0), DataLoader(_data(), batch_size=37), "cpu")
+    own = [_direct(_plain_bn(float(r)), x[r::2], y[r::2]) for r in (0, 1)]  # each rank's model, its shard
+    rank0_model = _direct(_plain_bn(0.0), x, y)
     got = EvalResult(**outs[0])
     assert outs[0] == outs[1] and got.count == 37
     assert got.correct == own[0].correct + own[1].correct

@@ -30,6 +30,15 @@ def built(tmp_path_factory):
     return out
 
 
+def heading(path):
+    """The notebook's "# NN · Title" line, read from its JSON by the test (not by handouts/series)."""
+    for cell in json.loads(path.read_text())["cells"]:
+        m = re.match(r"# (\d\d · [^\n]+)", "".join(cell["source"])) if cell["cell_type"] == "markdown" else None
+        if m:
+            return m[1]
+    raise AssertionError(f"{path.name}: no '# NN · Title' heading")
+
+
 def tagged(path, tag):
     return sum(tag in c.get("metadata", {}).get("tags", []) for c in json.loads(path.read_text())["cells"])
 
@@ -171,12 +180,14 @@ def test_pages_load_only_their_assets(built):
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
 def test_titles_nbval_comments_print_css(built, notebook):
-    title = handouts.title_of(notebook)
-    assert re.match(r"\d\d · \S", title), title
+    title = heading(notebook)
+    assert handouts.title_of(notebook) == title and title.startswith(notebook.name[:2])
+    plain = title.replace("`", "")  # the heading as text: no code markup (no title uses * markup)
+    assert "*" not in title
     for _, page in [p for p in pages(built) if p[0] == notebook]:
         text = page.read_text()
         suffix = " slides" if page.parent.name == "slides" else ""
-        assert f"<title>{html.escape(handouts.plain(title), quote=False)}{suffix}</title>" in text
+        assert f"<title>{html.escape(plain, quote=False)}{suffix}</title>" in text
         assert "NBVAL_" not in text
         if not suffix:
             css = text[text.index("@media print"):]
@@ -202,7 +213,7 @@ def test_index_renders_markdown(built):
     assert "`" not in index and "<table>" in index and "<code>" in index
     assert 'href="instructor.html"' in index
     for notebook in NOTEBOOKS:
-        name = handouts.title_of(notebook).partition(" · ")[2]
+        name = heading(notebook).partition(" · ")[2]
         rendered = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(name, quote=False))
         assert rendered in index
         for link in (f"student/{notebook.stem}.html", f"instructor/{notebook.stem}.html",
@@ -217,8 +228,14 @@ def test_instructor_page(built):
         nb = nbformat.read(notebook, as_version=4)
         goals, tasks = handouts.objectives(nb), handouts.exercises(nb)
         assert 3 <= len(goals) <= 7 and len(tasks) == tagged(notebook, "exercise")
-        for text in goals[:1] + tasks[:1]:
-            first_words = text.split("`")[0][:30]
+        # the first objective and the first exercise, read from the cells by the test itself
+        text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+        goal = re.search(r"\*\*Learning objectives\*\*\s*\n- ([^\n]+)", text)[1]
+        task = next(c.source for c in nb.cells if "exercise" in c.metadata.get("tags", []))
+        task = re.sub(r"^\*\*Exercise 1\.\*\*\s*", "", task)
+        assert goals[0].startswith(goal.strip()) and " ".join(task.split()) == tasks[0]
+        for first in (goal, task):
+            first_words = first.split("`")[0].split("\n")[0][:30]
             assert first_words in page, (notebook.name, first_words)
 
 
@@ -245,11 +262,11 @@ def test_teaching_minutes_count_run_time_reading_and_exercises():
 
 
 def test_nbval_comments_are_dropped_from_copies_only():
-    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 99 · T"), nbformat.v4.new_code_cell(
         "# NBVAL_IGNORE_OUTPUT\nx = 1  # NBVAL_ is only a comment line\n    # NBVAL_SKIP\ny = 2")])
-    copy = handouts.handout_copy(nb, ".html")
-    assert copy.cells[0].source == "x = 1  # NBVAL_ is only a comment line\ny = 2"
-    assert nb.cells[0].source.startswith("# NBVAL_IGNORE_OUTPUT")
+    copy = handouts.handout_copy(nb, ".html")  # a copy needs the title cell: it names the page
+    assert copy.cells[1].source == "x = 1  # NBVAL_ is only a comment line\ny = 2"
+    assert nb.cells[1].source.startswith("# NBVAL_IGNORE_OUTPUT")
 
 
 def test_times_from_junit(tmp_path):

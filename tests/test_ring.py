@@ -47,8 +47,24 @@ def test_schedule_shape_and_links(n):
         # every link carries a different chunk: all chunks but one move at once
         assert len({t.chunk for t in transfers}) == n
         assert all(t.phase == (REDUCE_SCATTER if step < n - 1 else ALL_GATHER) for t in transfers)
-        for r in range(n):
-            assert recv_chunk(r, step, n) == send_chunk((r - 1) % n, step, n)
+        # what rank r receives is what the transfer addressed to r (dst == r) carries
+        carried = {t.dst: t.chunk for t in transfers}
+        assert [recv_chunk(r, step, n) for r in range(n)] == [carried[r] for r in range(n)]
+    if n > 1:
+        # From the algorithm, not the formula: reduce-scatter ends with rank r receiving the last
+        # contribution to chunk r (it then owns chunk r, as dist.reduce_scatter gives rank r), and
+        # all-gather starts with every rank sending that reduced chunk of its own.
+        assert [recv_chunk(r, n - 2, n) for r in range(n)] == list(range(n))
+        assert [send_chunk(r, n - 1, n) for r in range(n)] == list(range(n))
+
+
+def test_schedule_of_four_ranks_by_hand():
+    """N=4, worked out on paper from the A0..D3 picture: in reduce-scatter step s rank r sends the chunk
+    it finished adding at step s-1, starting with chunk r-1 (so that chunk r arrives last, complete);
+    in all-gather it starts with its own complete chunk r and then forwards what it received."""
+    send = [[t.chunk for t in transfers] for transfers in ring_schedule(4)]
+    assert send == [[3, 0, 1, 2], [2, 3, 0, 1], [1, 2, 3, 0],   # reduce-scatter steps 1..3
+                    [0, 1, 2, 3], [3, 0, 1, 2], [2, 3, 0, 1]]   # all-gather steps 1..3
 
 
 @pytest.mark.parametrize("n", range(2, 7))
@@ -132,6 +148,10 @@ def test_a0_d3_walkthrough():
 @pytest.mark.parametrize("n", range(2, 6))
 def test_expected_bytes_close_to_formula(numel, n):
     sent = [expected_elements_sent(numel, n, r) for r in range(n)]
+    # exactly: the sizes of the chunks rank r sends, from the schedule and torch.tensor_split's split
+    sizes = [len(p) for p in torch.tensor_split(torch.arange(numel), n)]
+    assert sent == [sum(sizes[t.chunk] for step in ring_schedule(n) for t in step if t.src == r)
+                    for r in range(n)]
     for r in range(n):
         assert abs(sent[r] - 2 * (n - 1) / n * numel) <= 2
     if numel % n == 0:

@@ -3,6 +3,7 @@
 import itertools
 
 import matplotlib
+import numpy as np
 
 matplotlib.use("Agg")
 
@@ -59,9 +60,10 @@ def test_arithmetic_rejects_bad_arguments():
 def test_unpadded_sampler_covers_each_index_once(n, r, shuffle):
     parts = [list(S.UnpaddedDistributedSampler(n, r, rank, shuffle=shuffle, seed=1)) for rank in range(r)]
     assert sorted(itertools.chain(*parts)) == list(range(n))
-    assert [len(p) for p in parts] == S.unpadded_counts(n, r)
-    assert [len(S.UnpaddedDistributedSampler(list(range(n)), r, k)) for k in range(r)] == S.unpadded_counts(n, r)
-    assert max(S.unpadded_counts(n, r)) - min(S.unpadded_counts(n, r)) <= 1
+    # reference: numpy's near-even split (the first n % r ranks get one more), not the package's count
+    counts = [len(a) for a in np.array_split(np.arange(n), r)]
+    assert [len(p) for p in parts] == counts == S.unpadded_counts(n, r)
+    assert [len(S.UnpaddedDistributedSampler(list(range(n)), r, k)) for k in range(r)] == counts
 
 
 def test_unpadded_sampler_shuffle_follows_torch_permutation_and_epoch():
@@ -88,7 +90,7 @@ def test_deduplicate_removes_padded_repeats():
 def test_deduplicate_of_padded_sampler_equals_dataset():
     n, r = 10, 4
     values = torch.arange(n) * 2
-    gathered = [i for rank in range(r) for i in S.rank_indices(n, r, rank, seed=2)]
+    gathered = [i for rank in range(r) for i in torch_indices(n, r, rank, False, True, seed=2)[0]]
     u, v = S.deduplicate(gathered, values[gathered])
     assert len(gathered) == 12 and u.tolist() == list(range(n)) and torch.equal(v, values)
 
@@ -102,11 +104,12 @@ def test_all_gather_deduplicated_single_process_group(single_rank_group):
 @pytest.mark.parametrize("n,r,drop_last,shuffle", GRID)
 def test_sampler_grid_marks_duplicates_and_dropped(n, r, drop_last, shuffle):
     g = S.sampler_grid(n, r, drop_last=drop_last, shuffle=shuffle, seed=1, epoch=3)
-    assert g.grid.shape == (r, S.num_samples(n, r, drop_last))
+    _, length, total = torch_indices(n, r, 0, drop_last, shuffle, 1, 3)  # torch's sizes are the reference
+    assert g.grid.shape == (r, length)
     for rank in range(r):
         assert g.grid[rank].tolist() == torch_indices(n, r, rank, drop_last, shuffle, 1, 3)[0]
-    assert int(g.duplicate.sum()) == max(S.padding_size(n, r, drop_last), 0)
-    assert len(g.dropped) == max(-S.padding_size(n, r, drop_last), 0)
+    assert int(g.duplicate.sum()) == max(total - n, 0)
+    assert len(g.dropped) == max(n - total, 0)
     seen = set(g.grid[~g.duplicate].tolist())
     assert len(seen) == int((~g.duplicate).sum())  # first copies are distinct
     assert seen | set(g.dropped) == set(range(n)) and not seen & set(g.dropped)
@@ -173,10 +176,13 @@ def test_explorer_sentence_narrow_seed_and_png_fallback():
     import base64
 
     box = SE.sampler_explorer(n=10, num_replicas=4)
-    assert box.summary.value == S.grid_summary(box.data) and "<b>" not in box.summary.value
+    # ceil(10 / 4) = 3 samples per rank, 4 * 3 - 10 = 2 padded repeats
+    assert box.summary.value == "Each of the 4 ranks gets 3 samples; 2 padded repeats, 0 dropped."
     box.controls["n"].value = 3
     box.controls["drop_last"].value = True  # n < replicas with drop_last: nothing to show
-    assert box.data.num_samples == 0 and box.summary.value == f"<b>{S.grid_summary(box.data)}</b>"
+    summary = box.summary.value
+    assert box.data.num_samples == 0 and summary.startswith("<b>Every rank gets 0 samples") and summary.endswith("</b>")
+    assert "floor(3 / 4) = 0" in summary and "all 3 samples are dropped" in summary
     assert box.controls["seed"].layout.width == "9em"
     bundle = box._repr_mimebundle_()
     assert base64.b64decode(bundle["image/png"]) == box.png and box.png.startswith(b"\x89PNG")

@@ -177,6 +177,7 @@ _COLLECTIVES: dict[str, str] = {  # c10d and functional-collective op names -> o
     "reduce_scatter_tensor": "reduce_scatter", "broadcast": "broadcast",
     "alltoall_base": "all_to_all", "all_to_all_single": "all_to_all",
     "shard_dim_alltoall": "all_to_all",  # DTensor's Shard(i) -> Shard(j) on GPUs
+    "scatter": "scatter", "gather": "gather", "reduce": "reduce",  # distribute_tensor(Shard) scatters
 }
 
 
@@ -190,13 +191,16 @@ class CommCounter(TorchDispatchMode):
     """Count the collectives this rank starts and the bytes of their payload.
 
     Payload = the bytes of the full result of one collective: the tensor for an
-    all-reduce, the gathered tensor for an all-gather, the input for a reduce-scatter.
-    (an all-to-all counts its input). ``counts`` and ``payload`` are keyed by
-    "all_reduce", "all_gather", "reduce_scatter", "broadcast" and "all_to_all"; other
-    operations are not counted. Sees ``torch.distributed`` calls and DTensor's
-    collectives; DDP's built-in all-reduce runs in C++ and is not seen unless a Python
-    communication hook starts it. Collectives that one counted operation runs inside
-    itself are not counted again.
+    all-reduce, a broadcast or a reduce, the gathered tensor for an all-gather, the input
+    for a reduce-scatter or an all-to-all, and all shards together for a scatter or a gather
+    (the same number on every rank). ``counts`` and ``payload`` are keyed by "all_reduce",
+    "all_gather", "reduce_scatter", "broadcast", "all_to_all", "scatter", "gather" and
+    "reduce"; point-to-point sends and receives are not counted. It sees what dispatches
+    through torch's c10d operators: ``torch.distributed`` calls, DTensor's collectives
+    (``distribute_tensor`` scatters or broadcasts from rank 0), and DDP's bucket all-reduce
+    (the Reducer calls the same operator). The test suite checks it against torch's own
+    ``CommDebugMode`` (``torch/distributed/tensor/debug/_comm_mode.py``). Collectives that
+    one counted operation runs inside itself are not counted again.
     """
 
     def __init__(self) -> None:
@@ -238,6 +242,11 @@ def _payload_bytes(func: Any, args: Sequence[Any]) -> int:
     sides = [sum(nbytes(t) for t in _tensors(a)) for a in args[:2]]
     if _namespace(func) == "_c10d_functional" and func.__name__.startswith("all_gather"):
         return sides[0] * int(args[1])
+    if _namespace(func) == "c10d" and func.__name__.strip("_") in ("scatter", "gather"):
+        # (outputs, inputs, group, root, ...): only the root holds every shard; this rank's one shard
+        # (the output of a scatter, the input of a gather) times the group's size is the same everywhere
+        group = dist.ProcessGroup.unbox(args[2])  # the dispatcher passes it as a ScriptObject
+        return sides[0 if func.__name__.strip("_") == "scatter" else 1] * group.size()
     return max(sides, default=0)
 
 

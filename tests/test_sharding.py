@@ -145,3 +145,58 @@ def test_sharded_adam_rejects_other_stages(single_rank_group):
         from ddp_helpers.sharding import ShardedAdam
 
         ShardedAdam(nn.Linear(2, 2).parameters(), stage=3)
+
+
+# Every collective the notebooks run, under CommCounter and torch's own CommDebugMode at once.
+AGAINST_TORCH_WORKER = textwrap.dedent('''
+    import json
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    from torch.distributed.tensor.debug import CommDebugMode
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from ddp_helpers.runtime import distributed
+    from ddp_helpers.sharding import CommCounter
+
+    with distributed() as ctx:
+        n, root = ctx.world_size, ctx.rank == 0
+        mesh, t, runs = init_device_mesh("cpu", (n,)), torch.ones(8), {}
+        ddp = DDP(torch.nn.Linear(4, 4))
+        cases = {
+            "all_reduce": lambda: dist.all_reduce(t),
+            "all_gather": lambda: dist.all_gather_into_tensor(torch.empty(8 * n), t),
+            "reduce_scatter": lambda: dist.reduce_scatter_tensor(torch.empty(8 // n), t),
+            "broadcast": lambda: dist.broadcast(t, 0),
+            "all_to_all": lambda: dist.all_to_all_single(torch.empty(8), t),
+            "scatter": lambda: dist.scatter(torch.empty(4), [torch.ones(4)] * n if root else None, src=0),
+            "gather": lambda: dist.gather(torch.ones(4), [torch.empty(4) for _ in range(n)] if root else None),
+            "reduce": lambda: dist.reduce(t, 0),
+            "distribute_tensor Shard(0)": lambda: distribute_tensor(torch.ones(4, 4), mesh, [Shard(0)]),
+            "distribute_tensor Replicate()": lambda: distribute_tensor(torch.ones(4, 4), mesh, [Replicate()]),
+            "redistribute": lambda: distribute_tensor(torch.ones(4, 4), mesh, [Shard(0)], src_data_rank=None)
+                                    .redistribute(mesh, [Replicate()]),
+            "DDP backward, no hook": lambda: ddp(torch.ones(2, 4)).sum().backward(),
+        }
+        for name, run in cases.items():
+            with CommDebugMode() as theirs, CommCounter() as ours:
+                run()
+            runs[name] = {"torch": {str(op): k for op, k in theirs.get_comm_counts().items()},
+                          "ours": dict(ours.counts), "payload": dict(ours.payload)}
+        print(json.dumps(runs))
+''')
+# torch's operator names (c10d and functional collectives) -> the names CommCounter reports
+TORCH_OP_KIND = {"allreduce_": "all_reduce", "_allgather_base_": "all_gather", "all_gather_into_tensor": "all_gather",
+                 "_reduce_scatter_base_": "reduce_scatter", "broadcast_": "broadcast", "alltoall_base_": "all_to_all",
+                 "scatter_": "scatter", "gather_": "gather", "reduce_": "reduce"}
+
+
+def test_comm_counter_agrees_with_torchs_comm_debug_mode(ranks_json):
+    per_rank = ranks_json(AGAINST_TORCH_WORKER)
+    for runs in per_rank:
+        for name, run in runs.items():
+            theirs = {TORCH_OP_KIND[op.split(".")[-1]]: k for op, k in run["torch"].items()}
+            assert theirs and run["ours"] == theirs, name
+    # a scatter's payload is every shard together, 2 x 4 floats, on the root and elsewhere alike
+    assert [runs["scatter"]["payload"] for runs in per_rank] == [{"scatter": 32}] * 2
+    assert [runs["gather"]["payload"] for runs in per_rank] == [{"gather": 32}] * 2

@@ -33,7 +33,7 @@ help:
 	@echo "make lab      - set up .venv if needed and open JupyterLab on notebooks/ (127.0.0.1, token on)"
 	@echo "make test     - unit tests, lint and strict nbval over every notebook"
 	@echo "make test-portable - strict nbval again under another CPU kernel choice (see PORTABLE_ENV)"
-	@echo "make gpu-check - every worker script on GPUs (nccl) vs the CPU (gloo); exits 0 without GPUs"
+	@echo "make gpu-check - every recorded launch at its recorded size on GPUs (nccl) vs the CPU (gloo); exits 0 without GPUs"
 	@echo "make test-slurm - cluster/slurm_ddp.sbatch on a real two-node Slurm on this machine (root; installs slurm-wlm, munge; else skipped)"
 	@echo "make test-browser - run notebooks 00 and 02 (and 02's student edition) in JupyterLab in headless Chromium (needs chromium)"
 	@echo "make execute  - re-execute every notebook in place (refresh stored outputs); NB=notebooks/03_x.ipynb for one"
@@ -143,9 +143,10 @@ stress: $(STAMP)
 	$(CPU_ENV) STRESS_REPEATS=$(STRESS_REPEATS) $(BIN)/python -m pytest -q -m restarts tests/test_launch.py
 	$(CPU_ENV) $(BIN)/python tools/teardown_stress.py --launches $(STRESS_LAUNCHES)
 
-# ONLY=regex limits it to some scripts, e.g. make gpu-check ONLY=04_
+# ONLY=regex limits it to some scripts, e.g. make gpu-check ONLY=04_ (keep a launch's predecessors:
+# ONLY=11_dcp runs the save before the load); REFERENCE=1 runs the CPU side twice (checks the tool without GPUs).
 gpu-check: $(STAMP)
-	$(BIN)/python tools/gpu_check.py $(if $(ONLY),--only '$(ONLY)')
+	$(BIN)/python tools/gpu_check.py $(if $(ONLY),--only '$(ONLY)') $(if $(REFERENCE),--reference-only)
 
 lint: $(STAMP)
 	$(BIN)/ruff check ddp_helpers tests tools notebooks

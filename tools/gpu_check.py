@@ -1,30 +1,43 @@
-"""`make gpu-check`: every worker script of the series on GPUs (nccl) against the CPU (gloo).
+"""`make gpu-check`: every recorded launch of the series on GPUs (nccl) against the CPU (gloo).
 
-The notebooks' launches are recorded in tools/gpu_launches.json (written by `make execute`,
-which sets DDP_HELPERS_RECORD). On a machine with GPUs this tool writes every worker script
-from its notebook's %%writefile cell, then runs each recorded launch at world size 1 and
-min(2, GPUs), once on the CPU (DDP_BACKEND=gloo, the reference) and once as the runtime
-helper chooses (nccl, cuda:LOCAL_RANK). A launch passes when both runs end alike (both
-succeed, or both fail with the same exception) and rank 0 printed the same lines:
+`make execute` records the notebooks' launches in tools/gpu_launches.json (script, nproc, nnodes,
+args, env, torchrun flags, timeout, outcome). On a machine with GPUs this tool writes every worker
+script from its notebook's %%writefile cell and runs each launch at its recorded world size twice:
+the CPU reference (ddp_helpers.series.CPU_ENV: GPUs hidden, gloo forced, as `make test`), then the
+GPU run (DDP_BACKEND=nccl: rank r on cuda:LOCAL_RANK). A launch recorded with DDP_BACKEND=gloo
+needs gloo (monitored_barrier, say): both sides run it as recorded, "gloo by design". A launch
+needing more GPUs than are visible, or simulating nodes, is skipped and listed (not a failure).
 
-* words and integers equal, after naming device-dependent words alike (backend, device,
-  the autocast dtype, whether a GradScaler is on: see DEVICE_WORDS);
-* floats within |gpu - cpu| <= ABS_TOL + REL_TOL * |cpu| (fp16 autocast on GPUs vs bf16 on
-  CPUs, TF32 matmuls, another summation order).
-
-It prints one row per run and exits 1 if any run differs. Without a GPU it says so and exits 0.
+A launch that ran passes when both sides end alike (both succeed, or both fail with the same
+exception; both failing passes only for a launch recorded "failed", a failure demo, which must
+still fail), and when on both sides
+* every rank printed the same lines, rank by rank: words and integers equal after naming
+  device-dependent words alike (DEVICE_WORDS), floats within ABS_TOL + REL_TOL * |cpu| (fp16
+  autocast on GPUs vs bf16 on CPUs, TF32 matmuls, another summation order);
+* the JSON files the launch wrote under its output paths (args `runs/...`, and a script's
+  `default="runs/..."` for an option not passed) are the same files holding the same values: keys
+  and lengths equal, bools, ints and None exact, strings as lines, floats within the tolerance;
+  values under keys that measure the machine (timings, load, pids, ports: MEASURED_KEY) are skipped.
+Each side keeps its own copy of the output paths (a resumed run resumes from its own side's
+checkpoint), starting empty as the notebooks do; the notebooks' files are put back at the end.
+Exit 1 if a launch that ran did not pass. Without a GPU it says so and exits 0.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-import os
+import math
 import re
+import shutil
 import sys
+import tempfile
+import time
+from collections import Counter
 from pathlib import Path
 
-from ddp_helpers.series import notebooks
+from ddp_helpers.series import CPU_ENV, notebooks
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -49,6 +62,12 @@ DEVICE_WORDS = [
     (re.compile(r"(MASTER_PORT=|port[ =:]|127\.0\.0\.1:|localhost:)\d+"), r"\1<port>"),
     (re.compile(r"\b\d+(\.\d+)? ?(s|ms|seconds)\b"), "<time>"),
 ]
+# JSON keys whose values measure the machine or the moment, not the result: timings (..._s,
+# seconds, times, spread, ratio and efficiency of timings, cost models), load, pids, ports.
+MEASURED_KEY = re.compile(r"(.*_)?(s|seconds|times|timestamp|spread|load|pid|ppid|port|cmdline)"
+                          r"|ratio|efficiency|residuals|threshold|verdict|.*_per_(s|byte)", re.I)
+EXCEPTION = re.compile(r"([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Timeout))(?::|$)")
+SIMULATED_NODES = "simulated nodes use gloo on every machine"
 
 
 def normalise(line: str) -> tuple[str, list[float]]:
@@ -59,18 +78,69 @@ def normalise(line: str) -> tuple[str, list[float]]:
     return FLOAT.sub("<f>", line), floats
 
 
+def close(cpu: float, gpu: float) -> bool:
+    """gpu within ABS_TOL + REL_TOL * |cpu| of cpu (nan matches nan, inf matches itself)."""
+    return cpu == gpu or (math.isnan(cpu) and math.isnan(gpu)) or abs(gpu - cpu) <= ABS_TOL + REL_TOL * abs(cpu)
+
+
+def compare_text(a: str, b: str) -> str | None:
+    """None when two lines agree (device words, floats within the tolerance), else why not."""
+    (text_a, floats_a), (text_b, floats_b) = normalise(a), normalise(b)
+    if text_a != text_b:
+        return f"{a!r} vs {b!r}"
+    for x, y in zip(floats_a, floats_b, strict=True):
+        if not close(x, y):
+            return f"{x} vs {y} (tolerance {ABS_TOL} + {REL_TOL}*|cpu|)"
+    return None
+
+
 def compare_lines(cpu: list[str], gpu: list[str]) -> str | None:
     """None when the outputs agree within the tolerances, else what differs first."""
     if len(cpu) != len(gpu):
         return f"{len(cpu)} lines on the CPU, {len(gpu)} on the GPU"
     for k, (a, b) in enumerate(zip(cpu, gpu, strict=True)):
-        (text_a, floats_a), (text_b, floats_b) = normalise(a), normalise(b)
-        if text_a != text_b:
-            return f"line {k}: {a!r} vs {b!r}"
-        for x, y in zip(floats_a, floats_b, strict=True):
-            if not abs(y - x) <= ABS_TOL + REL_TOL * abs(x):
-                return f"line {k}: {x} vs {y} (tolerance {ABS_TOL} + {REL_TOL}*|cpu|)"
+        diff = compare_text(a, b)
+        if diff:
+            return f"line {k}: {diff}"
     return None
+
+
+def compare_ranks(cpu: dict[int, list[str]], gpu: dict[int, list[str]]) -> str | None:
+    """compare_lines for every rank's stdout, in rank order; the first difference, with its rank."""
+    for rank in sorted(set(cpu) | set(gpu)):
+        diff = compare_lines(cpu.get(rank, []), gpu.get(rank, []))
+        if diff:
+            return f"rank {rank} stdout, {diff}"
+    return None
+
+
+def compare_json(cpu, gpu, where: str) -> str | None:
+    """None when two JSON values agree by the rules of the module docstring, else where and how not."""
+    if isinstance(cpu, dict) and isinstance(gpu, dict):
+        if cpu.keys() != gpu.keys():
+            return f"{where}: keys {sorted(cpu.keys() - gpu.keys())} only on the CPU, {sorted(gpu.keys() - cpu.keys())} only on the GPU"
+        diffs = (compare_json(cpu[k], gpu[k], f"{where}.{k}") for k in cpu if not MEASURED_KEY.fullmatch(k))
+        return next((d for d in diffs if d), None)
+    if isinstance(cpu, list) and isinstance(gpu, list):
+        if len(cpu) != len(gpu):
+            return f"{where}: {len(cpu)} items on the CPU, {len(gpu)} on the GPU"
+        diffs = (compare_json(a, b, f"{where}[{i}]") for i, (a, b) in enumerate(zip(cpu, gpu, strict=True)))
+        return next((d for d in diffs if d), None)
+    if isinstance(cpu, str) and isinstance(gpu, str):
+        diff = compare_text(cpu, gpu)
+        return diff and f"{where}: {diff}"
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (cpu, gpu))
+    if numbers and float in (type(cpu), type(gpu)):
+        return None if close(cpu, gpu) else f"{where}: {cpu} vs {gpu} (tolerance {ABS_TOL} + {REL_TOL}*|cpu|)"
+    return None if type(cpu) is type(gpu) and cpu == gpu else f"{where}: {cpu!r} vs {gpu!r}"
+
+
+def compare_files(cpu: dict[str, object], gpu: dict[str, object]) -> str | None:
+    """compare_json for every result file; files written on one side only differ too."""
+    if cpu.keys() != gpu.keys():
+        return (f"result files {sorted(cpu.keys() - gpu.keys())} only on the CPU, "
+                f"{sorted(gpu.keys() - cpu.keys())} only on the GPU")
+    return next((d for d in (compare_json(cpu[f], gpu[f], f) for f in sorted(cpu)) if d), None)
 
 
 def write_scripts() -> int:
@@ -88,25 +158,151 @@ def write_scripts() -> int:
     return count
 
 
-def run(launch: dict, nproc: int, backend: str | None) -> tuple[str, list[str]]:
-    """(outcome, rank-0 stdout) of one launch; outcome "ok" or the failing rank's last line."""
+def script_text(launch: dict) -> str:
+    script = NOTEBOOKS / launch["script"]
+    return script.read_text() if script.is_file() else ""
+
+
+def output_paths(launch: dict) -> list[str]:
+    """The launch's output paths (relative to notebooks/): its arguments that are `runs/...`
+    paths (also as --opt=runs/...), and the script's `default="runs/..."` for an option not passed."""
+    args = launch.get("args") or []
+    paths = [a.split("=", 1)[-1] for a in args if a.split("=", 1)[-1].startswith("runs/")]
+    for option, default in re.findall(r"add_argument\(\s*[\"'](--[\w-]+)[\"'][^)]*?default=[\"'](runs/[^\"']+)",
+                                      script_text(launch)):
+        if not any(a == option or a.startswith(option + "=") for a in args):
+            paths.append(default)
+    return list(dict.fromkeys(p.rstrip("/") for p in paths))
+
+
+def mirror(paths: list[str], source: Path, target: Path) -> None:
+    """Make each path under target what it is under source (copied, mtimes kept; absent: removed)."""
+    for p in paths:
+        src, dst = source / p, target / p
+        if dst.is_dir() and not dst.is_symlink():
+            shutil.rmtree(dst)
+        else:
+            dst.unlink(missing_ok=True)
+        if src.exists():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            (shutil.copytree if src.is_dir() else shutil.copy2)(src, dst)
+
+
+def result_files(paths: list[str], since_ns: int) -> dict[str, object]:
+    """{file: its JSON} for the .json files under the output paths written since since_ns."""
+    found: dict[str, object] = {}
+    for p in paths:
+        root = NOTEBOOKS / p
+        for f in [root] if root.is_file() else sorted(root.rglob("*.json")) if root.is_dir() else []:
+            if f.suffix == ".json" and f.stat().st_mtime_ns >= since_ns:
+                try:
+                    found[str(f.relative_to(NOTEBOOKS))] = json.loads(f.read_text())
+                except (OSError, ValueError) as err:
+                    found[str(f.relative_to(NOTEBOOKS))] = f"<unreadable: {type(err).__name__}>"
+    return found
+
+
+def failure(err: Exception) -> str:
+    """A failed run's outcome: the last exception named in the failing rank's traceback,
+    else the launcher's error (and the exit code: a signal, for a rank killed or aborted)."""
+    tail = (getattr(err, "traceback_tail", "") or "").splitlines()
+    names = [m.group(1) for line in tail if (m := EXCEPTION.match(line.strip()))]
+    code = getattr(err, "exitcode", None)
+    return "failed: " + (names[-1] if names else type(err).__name__ + (f" exit {code}" if code is not None else ""))
+
+
+def run(launch: dict, nproc: int, env: dict[str, str]) -> tuple[str, dict[int, list[str]]]:
+    """(outcome, stdout lines of every rank) of one launch with the extra env; outcome "ok" or failure()."""
     from ddp_helpers import LaunchError, torchrun
 
-    env = dict(launch.get("env") or {})
-    env.pop("DDP_BACKEND", None)
-    if backend:
-        env["DDP_BACKEND"] = backend
-    for arg in launch.get("args", []):  # output folders the notebook would have made
-        if "/" in arg and not arg.startswith("-"):
-            (NOTEBOOKS / arg).parent.mkdir(parents=True, exist_ok=True)
     try:
         result = torchrun(launch["script"], nproc=nproc, args=launch.get("args", []), env=env,
                           torchrun_args=launch.get("torchrun_args", []), timeout=launch.get("timeout", 300),
                           live="quiet", summary=False)
     except LaunchError as err:
-        tail = getattr(err, "traceback_tail", "") or str(err)
-        return "failed: " + (tail.strip().splitlines() or ["?"])[-1].split(":")[0], []
-    return "ok", result.stdout.get(0, [])
+        return failure(err), {}
+    return "ok", dict(result.stdout)
+
+
+def side(launch: dict, env: dict[str, str], store: Path) -> tuple[str, dict, dict]:
+    """Run one side at the recorded size on that side's own copy of the output paths:
+    (outcome, stdout per rank, result files)."""
+    paths = output_paths(launch)
+    mirror(paths, store, NOTEBOOKS)  # this side's files as its last launch left them
+    for p in paths:  # as the notebooks make them: the folder, or a file's folder
+        (NOTEBOOKS / p).parent.mkdir(parents=True, exist_ok=True)
+        if not Path(p).suffix:
+            (NOTEBOOKS / p).mkdir(exist_ok=True)
+    since = time.time_ns()
+    outcome, stdout = run(launch, launch["nproc"], env)
+    files = result_files(paths, since)
+    mirror(paths, NOTEBOOKS, store)
+    return outcome, stdout, files
+
+
+def sides(launch: dict, reference_only: bool) -> tuple[dict, dict, str]:
+    """(CPU env, GPU env, what the row says about the backends)."""
+    recorded = dict(launch.get("env") or {})
+    cpu = {**recorded, **CPU_ENV}
+    if recorded.get("DDP_BACKEND") == "gloo":
+        return cpu, recorded, "gloo by design"
+    if reference_only:
+        return cpu, cpu, "gloo vs gloo (reference only)"
+    text = script_text(launch)
+    own = text and "nccl" not in text and "ddp_helpers.runtime" not in text  # gloo or no group, itself
+    return cpu, {**recorded, "DDP_BACKEND": "nccl"}, "gloo vs its own (never nccl)" if own else "gloo vs nccl"
+
+
+def judge(recorded: str, cpu: tuple, gpu: tuple) -> tuple[bool, str]:
+    """(passed, verdict) for the two sides' (outcome, stdout, files)."""
+    if cpu[0] != gpu[0]:
+        return False, "DIFFERS: outcome"
+    failed = cpu[0] != "ok"
+    if failed and recorded != "failed":
+        return False, "FAILED: both failed (recorded ok)"
+    if not failed and recorded == "failed":
+        return False, "DIFFERS from the record: both ok (recorded failed, a failure demo)"
+    diff = (None if failed else compare_ranks(cpu[1], gpu[1])) or compare_files(cpu[2], gpu[2])
+    if diff:
+        return False, f"DIFFERS: {diff}"
+    return True, "ok (both failed, as recorded)" if failed else "ok"
+
+
+def check(number: int, launch: dict, gpus: int, reference_only: bool, store: Path) -> dict:
+    """One row: the launch run on both sides and judged, or why it was skipped."""
+    world = launch["nproc"] * launch.get("nnodes", 1)
+    args = " ".join(launch.get("args") or [])
+    row = {"n": str(number), "launch": f"{launch['script'].removeprefix('scripts/')} {args}".strip(),
+           "ws": str(world), "backends": "", "cpu": "", "gpu": ""}
+    if launch.get("nnodes", 1) > 1:
+        return {**row, "status": "skipped", "verdict": SIMULATED_NODES}
+    if gpus < world and not reference_only:
+        return {**row, "status": "skipped", "verdict": f"needs {world} GPUs, {gpus} visible"}
+    cpu_env, gpu_env, row["backends"] = sides(launch, reference_only)
+    cpu = side(launch, cpu_env, store / "cpu")
+    gpu = side(launch, gpu_env, store / "gpu")
+    passed, verdict = judge(launch.get("outcome", "ok"), cpu, gpu)
+    return {**row, "cpu": cpu[0], "gpu": gpu[0], "status": "ok" if passed else "FAILED", "verdict": verdict}
+
+
+def report(rows: list[dict]) -> int:
+    """Print the rows that ran, then the skipped ones and the counts; the exit code."""
+    ran = [r for r in rows if r["status"] != "skipped"]
+    skipped = [r for r in rows if r["status"] == "skipped"]
+    width = max([len(r["launch"]) for r in rows] + [6])
+    print(f"{'#':>2}  {'launch':{width}}  ws  {'backends':30}  {'cpu':26}  {'gpu':26}  verdict")
+    for r in ran:
+        print(f"{r['n']:>2}  {r['launch']:{width}}  {r['ws']:>2}  {r['backends']:30}  {r['cpu'][:26]:26}  "
+              f"{r['gpu'][:26]:26}  {r['verdict']}")
+    if skipped:
+        print(f"skipped (not failures): {len(skipped)}")
+        for r in skipped:
+            print(f"{r['n']:>2}  {r['launch']:{width}}  {r['ws']:>2}  skipped: {r['verdict']}")
+    failed = sum(r["status"] != "ok" for r in ran)
+    why = "; ".join(f"{k} x{v}" for k, v in Counter(r["verdict"] for r in skipped).items())
+    print(f"gpu-check: {len(ran) - failed} of {len(ran)} launches that ran agree, {failed} do not; "
+          f"{len(skipped)} skipped" + (f" ({why})" if why else ""))
+    return 1 if failed else 0
 
 
 def collect(recorded: Path) -> int:
@@ -130,12 +326,29 @@ def collect(recorded: Path) -> int:
     return len(merged)
 
 
+def check_all(launches: list[tuple[int, dict]], gpus: int, reference_only: bool) -> list[dict]:
+    """Every row; the notebooks' own files under the output paths are put back at the end."""
+    every_path = list(dict.fromkeys(p for _, la in launches for p in output_paths(la)))
+    made = {q for p in every_path for q in (NOTEBOOKS / p).parents if not q.exists()}
+    with tempfile.TemporaryDirectory(prefix="gpu_check_") as tmp:
+        store = Path(tmp)
+        mirror(every_path, NOTEBOOKS, store / "notebooks")
+        try:
+            return [check(n, la, gpus, reference_only, store) for n, la in launches]
+        finally:
+            mirror(every_path, store / "notebooks", NOTEBOOKS)
+            for q in sorted(made, key=lambda q: -len(q.parts)):  # folders the runs made, now empty
+                if q.is_dir() and not any(q.iterdir()):
+                    q.rmdir()
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", default="", help="regex: run only launches whose script matches")
+    parser.add_argument("--only", default="", help="regex: run only launches whose script matches "
+                        "(keep a launch's predecessors, e.g. 11_dcp for the save and the load)")
     parser.add_argument("--collect", type=Path, help="merge a DDP_HELPERS_RECORD file into gpu_launches.json")
     parser.add_argument("--reference-only", action="store_true",
-                        help="run the CPU side twice (checks this tool on a machine without GPUs)")
+                        help="run the CPU side twice, at every recorded size (checks this tool without GPUs)")
     options = parser.parse_args(argv)
     if options.collect:
         if options.collect.exists():
@@ -149,31 +362,12 @@ def main(argv=None) -> int:
         print("gpu-check: no CUDA GPU is visible here, so nothing was run (exit 0). "
               "Run `make gpu-check` on a machine with GPUs.")
         return 0
-    launches = [la for la in json.loads(LAUNCHES.read_text()) if re.search(options.only, la["script"])]
-    print(f"gpu-check: {write_scripts()} worker scripts written; {len(launches)} launches; {gpus} GPU(s)")
-    os.chdir(NOTEBOOKS)
-    sizes = sorted({1, min(2, gpus)}) if gpus else [1, 2]
-    rows, failures = [], 0
-    for launch in launches:
-        if launch.get("nnodes", 1) > 1:
-            rows.append((launch["script"], "-", "simulated nodes use gloo on every machine", "", "skipped"))
-            continue
-        for nproc in sizes:
-            cpu_outcome, cpu_lines = run(launch, nproc, "gloo")
-            gpu_outcome, gpu_lines = run(launch, nproc, "gloo" if options.reference_only else None)
-            if cpu_outcome != gpu_outcome:
-                verdict = "DIFFERS: outcome"
-            else:
-                diff = compare_lines(cpu_lines, gpu_lines)
-                verdict = "ok" if diff is None else f"DIFFERS: {diff}"
-            failures += verdict != "ok"
-            rows.append((launch["script"], str(nproc), cpu_outcome, gpu_outcome, verdict))
-    width = max(len(r[0]) for r in rows) if rows else 10
-    print(f"{'script':{width}}  ws  {'cpu (gloo)':28}  {'gpu (nccl)':28}  verdict")
-    for script, ws, cpu_outcome, gpu_outcome, verdict in rows:
-        print(f"{script:{width}}  {ws:>2}  {cpu_outcome[:28]:28}  {gpu_outcome[:28]:28}  {verdict}")
-    print(f"gpu-check: {len(rows) - failures} of {len(rows)} rows agree")
-    return 1 if failures else 0
+    launches = [(n, la) for n, la in enumerate(json.loads(LAUNCHES.read_text()))
+                if re.search(options.only, la["script"])]
+    print(f"gpu-check: {write_scripts()} worker scripts written; {len(launches)} launches; {gpus} GPU(s)"
+          + ("; --reference-only: the CPU side twice" if options.reference_only else ""))
+    with contextlib.chdir(NOTEBOOKS):  # the scripts' paths are relative to notebooks/
+        return report(check_all(launches, gpus, options.reference_only))
 
 
 if __name__ == "__main__":

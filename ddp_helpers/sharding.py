@@ -24,6 +24,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -45,7 +46,7 @@ def make_stack(widths: tuple[int, ...] = (32, 64, 64, 8), device: torch.device |
     return nn.Sequential(*layers[:-1]).to(device)
 
 
-def shard_layers(model: nn.Module, mesh, **fsdp_kwargs) -> nn.Module:
+def shard_layers(model: nn.Module, mesh: DeviceMesh, **fsdp_kwargs: Any) -> nn.Module:
     """FSDP2 the usual way: ``fully_shard`` every Linear (one all-gather and one
     reduce-scatter unit each), then the root, which picks up any parameters left."""
     from torch.distributed.fsdp import fully_shard

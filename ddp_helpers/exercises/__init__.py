@@ -30,9 +30,11 @@ This package re-exports :class:`CheckFailed` and every ``check_NN_k``.
 
 from __future__ import annotations
 
+import sys
+import types
 from collections.abc import Callable
 
-from ddp_helpers.exercises.core import ATOL, REL_TOL, CheckFailed
+from ddp_helpers.exercises.core import ATOL, REL_TOL, CheckFailed, install_missing_name_hint
 from ddp_helpers.exercises.nb00 import check_00_1, check_00_2, check_00_3
 from ddp_helpers.exercises.nb01 import check_01_1, check_01_2, check_01_3
 from ddp_helpers.exercises.nb02 import check_02_1, check_02_2, check_02_3, check_02_4
@@ -50,6 +52,19 @@ from ddp_helpers.exercises.nb12 import check_12_1, check_12_2, check_12_3
 # exercise id -> its check: "02.1" -> check_02_1
 CHECKS: dict[str, Callable[..., None]] = {
     name[len("check_"):].replace("_", "."): fn for name, fn in sorted(globals().items()) if name.startswith("check_")}
+
+
+class _Checks(types.ModuleType):
+    """This package as a module: looking up ``exercises.check_NN_k`` (which a check cell does before it
+    evaluates its arguments) installs the IPython hint for lesson results that are not defined."""
+
+    def __getattribute__(self, name: str) -> object:
+        if name.startswith("check_"):
+            install_missing_name_hint()
+        return super().__getattribute__(name)
+
+
+sys.modules[__name__].__class__ = _Checks
 
 
 def exercise_ids() -> list[str]:

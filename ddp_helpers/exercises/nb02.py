@@ -6,7 +6,16 @@ from collections.abc import Iterable
 
 from torch.utils.data import DataLoader, DistributedSampler
 
-from ddp_helpers.exercises.core import Answer, Exercise, as_int_list, check, same_numbers
+from ddp_helpers.exercises.core import (
+    Answer,
+    Exercise,
+    as_int_list,
+    check,
+    close,
+    flag,
+    integer,
+    integer_list,
+)
 from ddp_helpers.launch import LaunchResult
 
 
@@ -23,13 +32,13 @@ def check_02_1(*, padded_len: Answer[int], dropped_len: Answer[int], rank3_padde
     ex.given(padded_len=padded_len, dropped_len=dropped_len, rank3_padded=rank3_padded,
              rank3_dropped=rank3_dropped, repeated=repeated, unseen=unseen)
     rank = _rank_of_ten
-    ex.require(padded_len == len(rank(0, False)), "`padded_len` is not num_samples with drop_last=False.",
+    ex.require(integer(padded_len) == len(rank(0, False)), "`padded_len` is not num_samples with drop_last=False.",
                "without drop_last the sampler rounds 10 / 4 up and pads.")
-    ex.require(dropped_len == len(rank(0, True)), "`dropped_len` is not num_samples with drop_last=True.",
+    ex.require(integer(dropped_len) == len(rank(0, True)), "`dropped_len` is not num_samples with drop_last=True.",
                "with drop_last the sampler rounds 10 / 4 down.")
-    ex.require(list(rank3_padded) == rank(3, False), "`rank3_padded` is not rank 3's index list (in order).",
+    ex.require(integer_list(rank3_padded) == rank(3, False), "`rank3_padded` is not rank 3's index list (in order).",
                "rank r takes every 4th index of the padded list, starting at r.")
-    ex.require(list(rank3_dropped) == rank(3, True), "`rank3_dropped` is not rank 3's index list (in order).",
+    ex.require(integer_list(rank3_dropped) == rank(3, True), "`rank3_dropped` is not rank 3's index list (in order).",
                "with drop_last the global list is cut to a multiple of 4 before the stride.")
     everything = [i for r in range(4) for i in rank(r, False)]
     ex.require(as_int_list(repeated) == sorted({i for i in everything if everything.count(i) > 1}),
@@ -57,20 +66,30 @@ def check_02_2(*, twice: Answer[Iterable[int]], never: Answer[Iterable[int]]) ->
     ex.correct()
 
 
+def _batches(n: int = 50_000, b: int = 256, gpus: int = 8, lr: float = 0.1) -> tuple[int, int, float]:
+    """(global batch, steps per epoch on one rank, linearly scaled learning rate)."""
+    loader = DataLoader(range(n), batch_size=b, sampler=DistributedSampler(range(n), num_replicas=gpus, rank=0))
+    return gpus * b, len(loader), lr * gpus
+
+
 @check
 def check_02_3(*, global_batch: Answer[int], steps: Answer[int], scaled_lr: Answer[float]) -> None:
     ex = Exercise("02.3")
     ex.given(global_batch=global_batch, steps=steps, scaled_lr=scaled_lr)
-    n, b, gpus, lr = 50_000, 256, 8, 0.1
-    ex.require(global_batch == gpus * b, "`global_batch` is wrong.",
+    truth = _batches()
+    ex.require(integer(global_batch) == truth[0], "`global_batch` is wrong.",
                "each optimizer step averages the batches of every GPU.")
-    loader = DataLoader(range(n), batch_size=b, sampler=DistributedSampler(range(n), num_replicas=gpus, rank=0))
-    ex.require(steps == len(loader), "`steps` is not the number of batches per epoch on one rank.",
+    ex.require(integer(steps) == truth[1], "`steps` is not the number of batches per epoch on one rank.",
                "build `DataLoader(range(50_000), batch_size=256, sampler=DistributedSampler(..., num_replicas=8, "
                "rank=...))` and take its len().")
-    ex.require(same_numbers(scaled_lr, lr * gpus), "`scaled_lr` is not what the linear scaling rule gives.",
+    ex.require(close(scaled_lr, truth[2]), "`scaled_lr` is not what the linear scaling rule gives.",
                "the rule scales the learning rate by the same factor as the global batch.")
     ex.correct()
+
+
+def _counts(n: int = 10, world: int = 4) -> tuple[int, int]:
+    """(what the padded evaluation counts, what the exact one counts)."""
+    return DistributedSampler(range(n), num_replicas=world, rank=0, shuffle=False).total_size, n
 
 
 @check
@@ -78,9 +97,14 @@ def check_02_4(*, four: Answer[LaunchResult], padded_count: Answer[int], exact_c
     ex = Exercise("02.4")
     ex.given(four=four, padded_count=padded_count, exact_count=exact_count)
     ex.launched("four", four, 4)
-    sampler = DistributedSampler(range(10), num_replicas=4, rank=0, shuffle=False)
-    ex.require(padded_count == sampler.total_size, "`padded_count` is not what the padded evaluation counts.",
+    ex.script_of("four", four.command, "02_sampler_epochs.py")
+    ex.require(flag(four.command, "--dataset-size") == "10" and flag(four.command, "--epochs") == "1",
+               "`four` did not run a dataset of 10 samples for 1 epoch.",
+               "pass `args=[\"--dataset-size\", 10, \"--epochs\", 1]` to the launch.")
+    ex.every_rank("four", four, 4)
+    padded, exact = _counts()
+    ex.require(integer(padded_count) == padded, "`padded_count` is not what the padded evaluation counts.",
                "read the count from runs/02_samplers/world4.json (`padded` is [correct, count]).")
-    ex.require(exact_count == 10, "`exact_count` is not what the exact evaluation counts.",
+    ex.require(integer(exact_count) == exact, "`exact_count` is not what the exact evaluation counts.",
                "read the count of the unpadded evaluation from the same JSON file.")
     ex.correct()

@@ -6,16 +6,30 @@ import ast
 import subprocess
 from pathlib import Path
 
-from ddp_helpers.exercises.core import Answer, Exercise, check
+from ddp_helpers.exercises.core import Answer, Exercise, check, find_file, flag, integer, script_in, sequence
 from ddp_helpers.launch import WorkerFailed
 
 
-def _parsed(script: str | Path) -> ast.Module:
+def _parsed(script: str | Path | None) -> ast.Module:
     """The script's syntax tree (empty when it does not exist or does not parse)."""
     try:
-        return ast.parse(Path(script).read_text())
-    except (OSError, SyntaxError):
+        return ast.parse(Path(script).read_text()) if script is not None else ast.Module(body=[], type_ignores=[])
+    except (OSError, SyntaxError, ValueError):
         return ast.Module(body=[], type_ignores=[])
+
+
+def _script_run(process: object, script: str | Path) -> Path | None:
+    """The script a finished process ran (its argument list names it), found beside the notebook;
+    ``script`` when the arguments name none."""
+    args = getattr(process, "args", None)
+    named = script_in(list(args) if isinstance(args, list | tuple) else str(args or ""), Path(script).name)
+    return find_file(named or script)
+
+
+def _finished(ex: Exercise, name: str, process: object, hint: str) -> None:
+    ex.require(isinstance(getattr(process, "returncode", None), int) and
+               isinstance(getattr(process, "stderr", None), str),
+               f"`{name}` is not a finished subprocess with its output captured as text.", hint)
 
 
 def _called(node: ast.AST) -> str:
@@ -29,15 +43,14 @@ def check_03_1(*, no_guard: Answer[subprocess.CompletedProcess],
                script: str | Path = "scripts/03_ex_no_guard.py") -> None:
     ex = Exercise("03.1")
     ex.given(no_guard=no_guard)
-    tree = _parsed(script)
+    _finished(ex, "no_guard", no_guard, "use `run_python(script)`.")
+    tree = _parsed(_script_run(no_guard, script))
     top_spawn = any(isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and _called(n.value) == "spawn"
                     for n in tree.body)
     guarded = any(isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in tree.body)
     ex.require(top_spawn and not guarded,
                f"{script} does not call `mp.spawn` at top level without a `__main__` guard.",
                "write a `worker(index)` function and call `mp.spawn(worker, nprocs=1)` at the end of the file.")
-    ex.require(hasattr(no_guard, "returncode") and isinstance(getattr(no_guard, "stderr", None), str),
-               "`no_guard` is not a finished subprocess with captured output.", "use `run_python(script)`.")
     ex.require(no_guard.returncode != 0, "the script exited with code 0.",
                "without the guard the children re-run the spawn line; look at the parent's exit code.")
     ex.require("bootstrapping phase" in no_guard.stderr,
@@ -51,17 +64,19 @@ def check_03_2(*, bare: Answer[subprocess.CompletedProcess],
                script: str | Path = "scripts/03_ex_no_record.py") -> None:
     ex = Exercise("03.2")
     ex.given(bare=bare)
-    tree = _parsed(script)
-    names = {_called(d) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) for d in n.decorator_list}
-    names |= {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    hint = ("launch it with `run_python(\"-m\", \"torch.distributed.run\", \"--standalone\", "
+            "\"--nproc-per-node=1\", script)`.")
+    _finished(ex, "bare", bare, hint)
+    tree = _parsed(_script_run(bare, script))
+    decorators = {_called(d) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+                  for d in n.decorator_list}
     raises = any(isinstance(n, ast.Raise) for n in ast.walk(tree))
-    ex.require(raises and "record" not in names,
+    ex.require(raises and "record" not in decorators,
                f"{script} should raise like scripts/03_record_report.py, without `@record`.",
                "copy the worker, then delete the import of `record` and the decorator.")
-    ex.require(getattr(bare, "returncode", 0) != 0 and "Root Cause" in getattr(bare, "stderr", ""),
-               "`bare` is not a failed torchrun launch with its Root Cause block.",
-               "launch it with `run_python(\"-m\", \"torch.distributed.run\", \"--standalone\", "
-               "\"--nproc-per-node=1\", script)`.")
+    args = " ".join(map(str, bare.args)) if isinstance(bare.args, list | tuple) else str(bare.args)
+    ex.require(bare.returncode != 0 and "Root Cause" in bare.stderr and "torch.distributed.run" in args,
+               "`bare` is not a failed torchrun launch with its Root Cause block.", hint)
     block = bare.stderr.split("Root Cause")[1]
     ex.require("<N/A>" in block and "learning rate must be positive" not in block,
                "the Root Cause block still shows the worker's error: was the script run with @record?",
@@ -69,16 +84,33 @@ def check_03_2(*, bare: Answer[subprocess.CompletedProcess],
     ex.correct()
 
 
+def _restarts_right(value: str | None) -> bool:
+    return value == "2"
+
+
+def _counts_right(counts: object) -> bool:
+    """One restart count per start, 0 to max_restarts, as strings or numbers."""
+    items = sequence(counts)
+    if items is None:
+        return False
+    as_ints = [integer(c) if not isinstance(c, str) else (int(c) if c.strip().isdigit() else None) for c in items]
+    return as_ints == list(range(3))
+
+
 @check
 def check_03_3(*, counts: Answer[list[str]], caught: Answer[WorkerFailed]) -> None:
     ex = Exercise("03.3")
     ex.given(counts=counts, caught=caught)
-    max_restarts = 2
-    ex.require(list(counts) == [str(i) for i in range(1 + max_restarts)],
+    ex.require(isinstance(caught, WorkerFailed), "`caught` is not the WorkerFailed exception.",
+               "`except WorkerFailed as failure: caught = failure`.")
+    ex.require(script_in(caught.command, "03_ex_always_fails.py"),
+               "`caught` is not the failure of scripts/03_ex_always_fails.py.", "launch the exercise's script.")
+    ex.require(_restarts_right(flag(caught.command, "--max-restarts")),
+               "the launch that failed did not allow the restarts the exercise asks for.",
+               "pass `torchrun_args=[\"--max-restarts=2\"]` to the launch.")
+    ex.require(_counts_right(counts),
                "`counts` is not the list of restart counts the file recorded, one per start.",
                "append `os.environ[\"TORCHELASTIC_RESTART_COUNT\"]` and a newline each time; delete the file "
                "before launching; read it back with `.read_text().split()`.")
-    ex.require(isinstance(caught, WorkerFailed), "`caught` is not the WorkerFailed exception.",
-               "`except WorkerFailed as failure: caught = failure`.")
     ex.require(caught.exitcode == 3, "the worker did not exit with code 3.", "end the script with `sys.exit(3)`.")
     ex.correct()

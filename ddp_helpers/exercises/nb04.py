@@ -6,19 +6,24 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from ddp_helpers.exercises.core import ATOL, Answer, Exercise, check
+from ddp_helpers.exercises.core import ATOL, Answer, Exercise, check, sequence
 
 MiB = 2**20
 Arrival = Sequence[tuple[str, int]]  # (parameter name, gradient bytes) in the order the gradients are ready
+
+
+def _unused_names() -> set[str]:
+    """The worker's head_b is an nn.Linear that the forward never calls."""
+    return {f"head_b.{n}" for n, _ in torch.nn.Linear(10, 5).named_parameters()}
 
 
 @check
 def check_04_1(*, unused: Answer[list[str] | tuple[str, ...] | set[str]]) -> None:
     ex = Exercise("04.1")
     ex.given(unused=unused)
-    # the worker's head_b is an nn.Linear that the forward never calls
-    heads = {f"head_b.{n}" for n, _ in torch.nn.Linear(10, 5).named_parameters()}
-    ex.require(isinstance(unused, list | tuple | set) and set(unused) == heads,
+    names = sequence(unused) if not isinstance(unused, set | frozenset) else list(unused)
+    ex.require(names is not None and all(isinstance(n, str) for n in names) and len(set(names)) == len(names)
+               and set(names) == _unused_names(),
                "`unused` is not the set of parameter names that the INFO error lists.",
                "catch WorkerFailed, find the line starting with \"Parameters which\" in `.traceback_tail`, "
                "and split the names after the colon at \", \".")
@@ -30,7 +35,14 @@ def _grads_of(model: torch.nn.Module, loss: torch.Tensor) -> list[torch.Tensor]:
 
 
 def _max_diff(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
-    return max((x - y).abs().max().item() for x, y in zip(a, b, strict=True))
+    """The largest difference (inf when a shape differs)."""
+    diffs = []
+    for x, y in zip(a, b, strict=True):
+        x = torch.as_tensor(x).detach().to(torch.float64)
+        if x.shape != y.shape:
+            return float("inf")
+        diffs.append((x - y.to(torch.float64)).abs().max().item())
+    return max(diffs)
 
 
 @check
@@ -42,7 +54,7 @@ def check_04_2(*, ddp_like: Answer[list[torch.Tensor]], weighted: Answer[list[to
     full = _grads_of(model, mse(model(x), y))
     n = len(full)
     for name, value in (("ddp_like", ddp_like), ("weighted", weighted)):
-        ex.require(isinstance(value, list | tuple) and len(value) == n,
+        ex.require(sequence(value) is not None and len(value) == n,
                    f"`{name}` is not a list of one gradient tensor per parameter ({n}).",
                    "use `grads(model)` (ddp_helpers.compare) after each backward.")
     g0, g1 = _grads_of(model, mse(model(x[:6]), y[:6])), _grads_of(model, mse(model(x[6:]), y[6:]))
@@ -56,6 +68,7 @@ def check_04_2(*, ddp_like: Answer[list[torch.Tensor]], weighted: Answer[list[to
 
 
 def _reference_buckets(names_and_bytes: Arrival, cap: float, first: float) -> list[list[str]]:
+    cap, first = int(cap), int(first)  # DDP's caps are whole bytes: int(bucket_cap_mb * 2**20)
     buckets, current, size = [], [], 0
     for name, nbytes in names_and_bytes:
         current.append(name)
@@ -64,6 +77,14 @@ def _reference_buckets(names_and_bytes: Arrival, cap: float, first: float) -> li
             buckets.append(current)
             current, size = [], 0
     return buckets + ([current] if current else [])
+
+
+def _as_buckets(value: object) -> list[list[str]] | None:
+    """Buckets as lists of names (tuples accepted)."""
+    outer = sequence(value)
+    if outer is None or any(sequence(b) is None for b in outer):
+        return None
+    return [list(b) for b in outer]
 
 
 @check
@@ -75,14 +96,13 @@ def check_04_3(*, predict_buckets: Answer[Callable[[Arrival, float, float], list
     cases = [([("a", 3), ("b", 5), ("c", 2), ("d", 9)], 6, 4), ([("a", 10)], 4, 4), ([("a", 1), ("b", 1)], 8, 1),
              ([("a", 4), ("b", 4), ("c", 4)], 8, 100)]
     for items, cap, first in cases:
-        got = predict_buckets(items, cap, first)
-        ex.require(isinstance(got, list | tuple) and [list(b) for b in got] == _reference_buckets(items, cap, first),
+        ex.require(_as_buckets(predict_buckets(items, cap, first)) == _reference_buckets(items, cap, first),
                    f"predict_buckets({items}, {cap}, {first}) is wrong.",
                    "a bucket closes as soon as its size reaches the cap (>=), the first bucket uses first_cap_bytes, "
                    "and a last partly filled bucket counts too.")
-    caps = {"None": (25 * MiB, MiB), "0.05": (0.05 * MiB,) * 2, "0.001": (0.001 * MiB,) * 2}
+    caps = {"None": (25 * MiB, MiB), "0.05": (int(0.05 * MiB),) * 2, "0.001": (int(0.001 * MiB),) * 2}
     for cap, (cap_bytes, first) in caps.items():
-        ex.require(predict_buckets(arrival, cap_bytes, first) == recorded["buckets"][cap][1],
+        ex.require(_as_buckets(predict_buckets(arrival, cap_bytes, first)) == _as_buckets(recorded["buckets"][cap][1]),
                    f"the prediction for bucket_cap_mb={cap} differs from the buckets the worker recorded.",
                    "walk the parameters in reverse order of model.named_parameters(); the default cap is 25 MiB "
                    "with a first bucket of 1 MiB.")

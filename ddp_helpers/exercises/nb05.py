@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ast
 import math
 import pickle
 import tempfile
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ddp_helpers.exercises.core import Answer, Exercise, check, numbers
+from ddp_helpers.exercises.core import Answer, Exercise, calls, check, numbers
 from ddp_helpers.launch import LaunchResult
 
 
@@ -21,12 +22,41 @@ def check_05_1(*, ex1: Answer[torch.nn.Module], reference: Mapping[str, torch.Te
     ex.given(ex1=ex1)
     ex.require(isinstance(ex1, torch.nn.Module), "`ex1` is not a model.", "`ex1 = ToyModel()`, then load.")
     state = ex1.state_dict()
-    ex.require(set(state) == set(reference), "`ex1`'s parameter names differ from the plain model's.",
+    ex.require(set(state) == set(reference) and all(state[k].shape == reference[k].shape for k in reference), "`ex1`'s parameter names differ from the plain model's.",
                "strip the prefix \"module.\" (with the dot) before `load_state_dict`.")
     ex.require(all(torch.equal(state[k], reference[k]) for k in reference),
                "`ex1`'s weights differ from module_state_dict.pt.",
                "load runs/05_checkpoints/save_load/ddp_state_dict.pt into it, not a fresh model's weights.")
     ex.correct()
+
+
+def _colleague_args() -> dict[str, object]:
+    return {"lr": 0.1, "epochs": 3}
+
+
+def _refused(path: str | Path) -> bool:
+    """torch.load(weights_only=True) refuses the file (an UnpicklingError), as it does a Namespace."""
+    try:
+        torch.load(path, weights_only=True)
+    except pickle.UnpicklingError:
+        return True
+    except Exception:  # not a checkpoint at all
+        return False
+    return False
+
+
+def _loaded(path: str | Path) -> object:
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception:
+        return None
+
+
+def _args_in(saved: object) -> object:
+    """The saved arguments: the object itself (torch.save(args)) or its "args" entry (the lesson's pattern)."""
+    if isinstance(saved, dict) and "args" in saved:
+        return saved["args"]
+    return saved
 
 
 @check
@@ -35,19 +65,15 @@ def check_05_2(*, ns_file: Answer[str | Path], dict_file: Answer[str | Path]) ->
     ex.given(ns_file=ns_file, dict_file=dict_file)
     for name, path in (("ns_file", ns_file), ("dict_file", dict_file)):
         ex.require(Path(path).is_file(), f"`{name}` is not a saved file.", "save it with torch.save first.")
-    try:
-        torch.load(ns_file, weights_only=True)
-        refused = False
-    except pickle.UnpicklingError:
-        refused = True
-    ex.require(refused, "`ns_file` loads with weights_only=True, so it holds no Namespace.",
+    ex.require(_refused(ns_file), "`ns_file` loads with weights_only=True, so it holds no Namespace.",
                "save `{\"model\": ..., \"args\": argparse.Namespace(lr=0.1, epochs=3)}`.")
     with torch.serialization.safe_globals([argparse.Namespace]):
-        args = torch.load(ns_file, weights_only=True).get("args")
-    ex.require(getattr(args, "lr", None) == 0.1, "the Namespace in `ns_file` does not have lr == 0.1.",
+        args = _args_in(_loaded(ns_file))
+    ex.require(isinstance(args, argparse.Namespace) and vars(args) == _colleague_args(),
+               "the Namespace in `ns_file` is not the colleague's arguments.",
                "save the colleague's `argparse.Namespace(lr=0.1, epochs=3)`.")
-    plain = torch.load(dict_file, weights_only=True).get("args")
-    ex.require(isinstance(plain, dict) and plain.get("lr") == 0.1,
+    plain = _args_in(_loaded(dict_file))
+    ex.require(type(plain) is dict and plain == _colleague_args(),
                "`dict_file`'s \"args\" is not a plain dict with lr == 0.1.",
                "save `vars(args)` instead of the Namespace.")
     ex.correct()
@@ -79,13 +105,30 @@ def check_05_3(*, save_rotating: Answer[Callable[..., object]],
     ex.correct()
 
 
+def _mean_loss(world: int = 2) -> float:
+    return sum(1.0 + r for r in range(world)) / world
+
+
+def _every_rank_calls(tree: ast.Module, name: str) -> bool:
+    """A call of ``name`` that no ``if`` encloses (every rank runs it)."""
+    inside_if = {id(c) for node in ast.walk(tree) if isinstance(node, ast.If)
+                 for c in calls(node, name)}
+    return any(id(c) not in inside_if for c in calls(tree, name))
+
+
 @check
 def check_05_4(*, fixed_run: Answer[LaunchResult],
                script: str | Path = "scripts/05_rank0_collective_fixed.py") -> None:
     ex = Exercise("05.4")
     ex.given(fixed_run=fixed_run)
     ex.launched("fixed_run", fixed_run, 2)
-    mean = sum(1.0 + r for r in range(2)) / 2
+    tree = ex.tree_of(ex.script_of("fixed_run", fixed_run.command, Path(script).name))
+    ex.require(_every_rank_calls(tree, "all_reduce"), "the script does not all-reduce the loss on every rank.",
+               "call `dist.all_reduce(loss)` outside the `if ctx.rank == 0:` block.")
+    ex.require(_every_rank_calls(tree, "barrier"), "the script does not call the barrier on every rank.",
+               "call `dist.barrier()` outside the `if` block, then print.")
+    ex.every_rank("fixed_run", fixed_run, 2)
+    mean = _mean_loss()
     rank0 = [x for line in fixed_run.stdout[0] for x in numbers(line)]
     ex.require(any(math.isclose(x, mean, rel_tol=1e-6) for x in rank0),
                "rank 0 did not print the mean loss over the ranks.",

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ddp_helpers.exercises.core import ATOL, Answer, Exercise, check
+from ddp_helpers.exercises.core import ATOL, Answer, Exercise, check, integer, number_list, sequence
 
 
 def _scales(pattern: Sequence[float | None], init_scale: float = 64.0, growth_interval: int = 2) -> list[float]:
@@ -31,12 +31,13 @@ def check_06_1(*, by_hand: Answer[Sequence[float]], measured: Answer[Sequence[fl
     ex = Exercise("06.1")
     ex.given(by_hand=by_hand, measured=measured)
     truth = _scales([None, float("inf"), None, None, None, float("nan"), None, None])
-    ex.require(len(by_hand) == len(truth), f"`by_hand` should hold {len(truth)} scales, one per update().",
+    ex.require(number_list(by_hand) is not None and len(by_hand) == len(truth),
+               f"`by_hand` should be a list of {len(truth)} scales, one per update().",
                "one entry per step of the pattern.")
-    ex.require([float(s) for s in by_hand] == truth, "your hand-worked scales are not what GradScaler does.",
+    ex.require(number_list(by_hand) == truth, "your hand-worked scales are not what GradScaler does.",
                "an inf/nan step halves the scale and resets the clean-step count; growth_interval clean steps in a "
                "row double it.")
-    ex.require([float(s) for s in measured] == truth,
+    ex.require(number_list(measured) == truth,
                "`measured` does not hold a fresh GradScaler's scale after each update().",
                "create the scaler with init_scale=64, growth_interval=2, and record `scaler.get_scale()` per step.")
     ex.correct()
@@ -46,16 +47,20 @@ def _cast(value: float, k: int) -> torch.Tensor:
     return torch.tensor(value * 2.0**k).half()
 
 
+def _exponents() -> tuple[int, int]:
+    tiny = torch.finfo(torch.float16).tiny
+    return (next(k for k in range(64) if _cast(1e-9, k).item() >= tiny),
+            max(k for k in range(64) if not torch.isinf(_cast(10.0, k))))
+
+
 @check
 def check_06_2(*, k_small: Answer[int], k_large: Answer[int]) -> None:
     ex = Exercise("06.2")
     ex.given(k_small=k_small, k_large=k_large)
-    tiny = torch.finfo(torch.float16).tiny
-    truth_small = next(k for k in range(64) if _cast(1e-9, k).item() >= tiny)
-    truth_large = max(k for k in range(64) if not torch.isinf(_cast(10.0, k)))
-    ex.require(k_small == truth_small, "`k_small` is not the smallest exponent that makes 1e-9 a normal float16.",
+    truth_small, truth_large = _exponents()
+    ex.require(integer(k_small) == truth_small, "`k_small` is not the smallest exponent that makes 1e-9 a normal float16.",
                "compare the cast value with `torch.finfo(torch.float16).tiny` (normal), not with 0 (subnormal).")
-    ex.require(k_large == truth_large, "`k_large` is not the largest exponent for which 10 * 2**k stays finite.",
+    ex.require(integer(k_large) == truth_large, "`k_large` is not the largest exponent for which 10 * 2**k stays finite.",
                "cast `10.0 * 2.0**k` to float16 and test `torch.isinf`.")
     ex.correct()
 
@@ -65,10 +70,16 @@ def check_06_3(*, net: Answer[torch.nn.Module], full: Answer[Sequence[torch.Tens
                acc_scaler: Answer[torch.amp.GradScaler]) -> None:
     ex = Exercise("06.3")
     ex.given(net=net, full=full, acc_scaler=acc_scaler)
+    ex.require(isinstance(net, torch.nn.Module), "`net` is not a model.", "keep the starter's `net = ToyModel()`.")
+    ex.require(isinstance(acc_scaler, torch.amp.GradScaler), "`acc_scaler` is not a GradScaler.",
+               "keep the starter's `acc_scaler = torch.amp.GradScaler(...)`.")
     params = list(net.parameters())
+    ex.require(sequence(full) is not None and len(full) == len(params),
+               "`full` is not one gradient per parameter of `net`.", "keep the starter's `full = torch.autograd.grad(...)`.")
     ex.require(all(p.grad is not None for p in params), "`net` has no gradients.",
                "call `acc_scaler.scale(loss / 4).backward()` for each micro-batch.")
-    ex.require(all(torch.allclose(p.grad, g, atol=ATOL) for p, g in zip(params, full, strict=True)),
+    ex.require(all(p.grad.shape == torch.as_tensor(g).shape and torch.allclose(p.grad, torch.as_tensor(g), atol=ATOL)
+                   for p, g in zip(params, full, strict=True)),
                f"the unscaled accumulated gradients differ from the full-batch gradient (atol {ATOL}).",
                "divide each micro-batch loss by the number of micro-batches and call `unscale_` before comparing.")
     ex.require(acc_scaler.state_dict().get("_growth_tracker") == 1,
@@ -77,15 +88,29 @@ def check_06_3(*, net: Answer[torch.nn.Module], full: Answer[Sequence[torch.Tens
     ex.correct()
 
 
+def _default_recipe(recipe: str) -> object:
+    """The default recipe (AMP_DTYPE unset) of the device a record's recipe names: the CPU's on CPU
+    workers, the GPU's when the workers ran on GPUs (None for an unknown device)."""
+    from ddp_helpers.amp import AmpRecipe, default_dtype
+
+    device = recipe.split(":")[0]
+    if device not in ("cpu", "cuda"):
+        return None
+    dtype = default_dtype(device)
+    return AmpRecipe(device, dtype, use_grad_scaler=dtype == torch.float16)
+
+
 @check
 def check_06_4(*, bf16: Answer[dict]) -> None:
     ex = Exercise("06.4")
     ex.given(bf16=bf16)
-    ex.require(isinstance(bf16, dict) and "recipe" in bf16, "`bf16` is not the worker's rank-0 JSON record.",
+    ex.require(isinstance(bf16, dict) and isinstance(bf16.get("recipe"), str),
+               "`bf16` is not the worker's rank-0 JSON record.",
                "`json.load(open(\"<your --out folder>/rank0.json\"))`.")
-    ex.require(bf16["recipe"].startswith("cpu: autocast bfloat16"),
-               "the run did not use the default CPU recipe.", "pass `env={\"AMP_DTYPE\": \"\"}` to the launch.")
-    ex.require(bf16.get("saved_scaler") == {} and bf16.get("resumed_equal") is True,
+    default = _default_recipe(bf16["recipe"])
+    ex.require(default is not None and bf16["recipe"] == str(default),
+               "the run did not use its device's default recipe.", "pass `env={\"AMP_DTYPE\": \"\"}` to the launch.")
+    ex.require((bf16.get("saved_scaler") == {}) != default.use_grad_scaler and bf16.get("resumed_equal") is True,
                "the saved scaler state or the resume comparison is not what the default recipe gives.",
                "run with `--overflow-step -1` and read `saved_scaler` and `resumed_equal`.")
     ex.correct()

@@ -2,34 +2,101 @@
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from ddp_helpers.exercises.core import Answer, Exercise, as_int_list, check
+from ddp_helpers.exercises.core import (
+    Answer,
+    Exercise,
+    as_int_list,
+    by_rank,
+    caller_values,
+    calls,
+    check,
+    find_file,
+    flag,
+    integer,
+    launches_in,
+    number,
+    script_in,
+)
+
+
+def _row(rank: int, nodes: int, per_node: int) -> dict[str, int]:
+    """What torchrun gives global rank ``rank`` of ``nodes`` nodes of ``per_node`` processes."""
+    return {"RANK": rank, "LOCAL_RANK": rank % per_node, "GROUP_RANK": rank // per_node,
+            "WORLD_SIZE": nodes * per_node, "LOCAL_WORLD_SIZE": per_node}
+
+
+def _asked() -> dict[str, int]:
+    return _row(17, 3, 8)
 
 
 @check
 def check_09_1(*, group_rank: Answer[int], local_rank: Answer[int], world_size: Answer[int]) -> None:
     ex = Exercise("09.1")
     ex.given(group_rank=group_rank, local_rank=local_rank, world_size=world_size)
-    nodes, per_node, rank = 3, 8, 17
-    ex.require(world_size == nodes * per_node, "`world_size` is wrong.", "every process of every node counts.")
-    ex.require((group_rank, local_rank) == divmod(rank, per_node),
+    truth = _asked()
+    ex.require(integer(world_size) == truth["WORLD_SIZE"], "`world_size` is wrong.",
+               "every process of every node counts.")
+    ex.require((integer(group_rank), integer(local_rank)) == (truth["GROUP_RANK"], truth["LOCAL_RANK"]),
                "(`group_rank`, `local_rank`) do not satisfy RANK = GROUP_RANK * LOCAL_WORLD_SIZE + LOCAL_RANK "
                "with 0 <= LOCAL_RANK < 8.", "read row 17 of `torchrun_env(3, 8)`.")
     ex.correct()
 
 
+def _as_env(entry: object) -> dict[str, int] | None:
+    if not isinstance(entry, dict) or any(not isinstance(k, str) for k in entry):
+        return None
+    out = {k: integer(v) if not isinstance(v, str) else (int(v) if v.strip().isdigit() else None)
+           for k, v in entry.items()}
+    return None if None in out.values() else out  # type: ignore[return-value]
+
+
+def _in_rank_order(envs: object) -> list[dict[str, int]] | None:
+    """Parsed environments in rank order, whatever order they came in (a list or a dict by rank)."""
+    items = list(envs.values()) if isinstance(envs, dict) else by_rank(envs)
+    parsed = [_as_env(e) for e in items or []]
+    if not parsed or None in parsed or any("RANK" not in e for e in parsed):
+        return None
+    return sorted(parsed, key=lambda e: e["RANK"])  # type: ignore[arg-type, return-value]
+
+
+def _launched_envs(values: list[object]) -> list[list[dict[str, int]]]:
+    """The environments printed by the launches of scripts/09_two_nodes.py among ``values``, in rank order."""
+    found = []
+    for launch in launches_in(values, "09_two_nodes.py"):
+        stdout = getattr(launch, "stdout", None)
+        if not isinstance(stdout, dict):
+            continue
+        try:
+            envs = {r: dict(kv.split("=") for kv in lines[0].split()) for r, lines in stdout.items() if lines}
+        except ValueError:
+            continue
+        ordered = _in_rank_order(envs)
+        if ordered is not None:
+            found.append(ordered)
+    return found
+
+
 @check
-def check_09_2(*, three_env: Answer[list[dict[str, str]]], expected: list[dict[str, str]]) -> None:
+def check_09_2(*, three_env: Answer[list[dict[str, str]]], expected: list[dict[str, str]] | None = None) -> None:
+    """``expected`` is not read: the check derives torchrun's environment itself, and finds the launch of
+    scripts/09_two_nodes.py in the notebook's namespace."""
     ex = Exercise("09.2")
     ex.given(three_env=three_env)
-    ex.require(isinstance(three_env, list) and len(three_env) == 3,
-               "`three_env` is not one parsed environment per process (3).",
+    got = _in_rank_order(three_env)
+    ex.require(got is not None and len(got) == 3, "`three_env` is not one parsed environment per process (3).",
                "launch with nproc=1, nnodes=3 and `parse_env` each rank's first line.")
-    ex.require(three_env == expected, "the launched run's environment differs from torchrun_env(3, 1).",
+    ex.require(got == [_row(r, 3, 1) for r in range(3)],
+               "the environments differ from what torchrun gives 3 nodes of 1 process.",
                "compare every key; did you pass nnodes=3 and nproc=1?")
+    ex.require(got in _launched_envs(caller_values()),
+               "no launch of scripts/09_two_nodes.py in this notebook printed these environments.",
+               "launch it: `three = torchrun(\"scripts/09_two_nodes.py\", nproc=1, nnodes=3, ...)`, then parse "
+               "its ranks' first lines.")
     ex.correct()
 
 
@@ -37,25 +104,58 @@ def check_09_2(*, three_env: Answer[list[dict[str, str]]], expected: list[dict[s
 def check_09_3(*, shapes: Answer[Sequence[int]], shape_message: Answer[str]) -> None:
     ex = Exercise("09.3")
     ex.given(shapes=shapes, shape_message=shape_message)
-    ex.require("Detected mismatch between collectives" in shape_message,
+    ex.require(isinstance(shape_message, str) and "Detected mismatch between collectives" in shape_message,
                "`shape_message` is not the DETAIL mismatch error.",
                "launch with env TORCH_DISTRIBUTED_DEBUG=DETAIL and read the saved error of a rank.")
     named = sorted(set(re.findall(r"TensorShape=\[(\d+)\]", shape_message)))
-    ex.require(len(named) == 2 and as_int_list(shapes) == as_int_list(named),
+    ex.require(len(named) == 2 and not isinstance(shapes, str) and as_int_list(shapes) == as_int_list(named),
                "`shapes` are not the two tensor shapes the error names.",
                "look for `TensorShape=[...]` in the message.")
     ex.correct()
+
+
+SCRIPT_09_4 = "09_barrier_then_mismatch.py"
+
+
+def _barrier_first(tree: ast.Module) -> bool:
+    """A monitored_barrier that every rank runs (no ``if`` around it), before the collectives."""
+    inside_if = {id(c) for node in ast.walk(tree) if isinstance(node, ast.If) for c in calls(node, "monitored_barrier")}
+    barriers = [c.lineno for c in calls(tree, "monitored_barrier") if id(c) not in inside_if]
+    later = [c.lineno for name in ("all_reduce", "broadcast") for c in calls(tree, name)]
+    return bool(barriers) and bool(later) and min(barriers) < min(later)
+
+
+def _script_09_4(values: list[object]) -> Path | None:
+    """The barrier script the notebook launched (its failure carries the command), else the exercise's."""
+    for failure in launches_in(values, SCRIPT_09_4):
+        path = find_file(script_in(failure.command, SCRIPT_09_4))
+        if path is not None:
+            return path
+    return find_file(Path("scripts") / SCRIPT_09_4)
 
 
 @check
 def check_09_4(*, out: str | Path, seconds: Answer[float], hang_timeout_s: float) -> None:
     ex = Exercise("09.4")
     ex.given(seconds=seconds)
-    marker = Path(out) / "barrier_passed.txt"
-    ex.require(marker.exists(), f"{marker} does not exist: rank 0 did not get past monitored_barrier.",
+    script = _script_09_4(caller_values())
+    ex.require(script is not None, f"scripts/{SCRIPT_09_4} cannot be found.", "run the cell that writes it.")
+    ex.require(_barrier_first(ex.tree_of(script)),
+               f"{SCRIPT_09_4} does not call `dist.monitored_barrier` on every rank before the collectives.",
                "call `dist.monitored_barrier(...)` on every rank before the mismatched collectives, then write "
                "the file.")
-    ex.require(float(seconds) >= float(hang_timeout_s),
+    ran = {flag(f.command, "--nproc-per-node") for f in launches_in(caller_values(), SCRIPT_09_4)}
+    ex.require(not ran or "2" in ran, "the launch did not run 2 processes.",
+               "launch it with `launch_failure(..., 2, ...)`.")
+    marker = find_file(Path(out) / "barrier_passed.txt")
+    ex.require(marker is not None, "barrier_passed.txt does not exist: rank 0 did not get past monitored_barrier.",
+               "call `dist.monitored_barrier(...)` on every rank before the mismatched collectives, then write "
+               "the file.")
+    ex.require(marker.stat().st_mtime >= script.stat().st_mtime,
+               "barrier_passed.txt is older than the script: it was left by an earlier run.",
+               "launch the script again (launch_failure empties the folder first).")
+    ex.require(number(seconds) is not None, "`seconds` is not a number.", "the second value launch_failure returns.")
+    ex.require(number(seconds) >= float(hang_timeout_s),
                "the run ended before the hang's timeout, so the mismatch after the barrier did not hang.",
                "keep the mismatched collectives (rank 0 all_reduce, rank 1 broadcast) after the barrier, in a group "
                "with the HANG_TIMEOUT_S timeout.")

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import torch
 
-from ddp_helpers.exercises.core import Answer, Exercise, check
+from ddp_helpers.exercises.core import Answer, Exercise, check, integer, integer_list, number_list, sequence
 
 
 def _reference_partition(sizes: Sequence[int], world_size: int) -> list[list[int]]:
@@ -25,6 +25,15 @@ def _sizes_of(widths: tuple[int, ...]) -> list[int]:
     return [p.numel() for p in make_stack(widths).parameters()]
 
 
+def _ranks(value: object) -> list[list[int]] | None:
+    """A partition as each rank's list of sizes (tuples and tensors accepted)."""
+    outer = sequence(value)
+    if outer is None:
+        return None
+    inner = [integer_list(r) for r in outer]
+    return None if None in inner else inner  # type: ignore[return-value]
+
+
 @check
 def check_11_1(*, predict_partition: Answer[Callable[[Sequence[int], int], list[list[int]]]],
                found: Answer[Sequence[int]], recorded: Mapping[str, list[list[int]]]) -> None:
@@ -32,13 +41,16 @@ def check_11_1(*, predict_partition: Answer[Callable[[Sequence[int], int], list[
     ex.given(predict_partition=predict_partition, found=found)
     ex.function("predict_partition", predict_partition)
     for sizes, n in (([5, 9, 1, 7, 3], 2), ([4, 4, 4, 4], 3), ([100, 1, 1, 1], 2), ([2, 8, 6], 4)):
-        ex.require(predict_partition(sizes, n) == _reference_partition(sizes, n),
+        ex.require(_ranks(predict_partition(sizes, n)) == _reference_partition(sizes, n),
                    f"predict_partition({sizes}, {n}) is wrong.",
                    "largest first; each goes to the first rank with the smallest total so far.")
     for key, widths in (("partition", (32, 64, 64, 8)), ("partition_even", (32, 32, 32))):
-        ex.require(predict_partition(_sizes_of(widths), 2) == recorded[key],
+        ex.require(_ranks(predict_partition(_sizes_of(widths), 2)) == _ranks(recorded[key]),
                    f"your partition of make_stack{widths} differs from the recorded `{key}`.",
                    "see the small cases above.")
+    found = integer_list(found)
+    ex.require(found is not None and len(found) >= 2 and all(0 < w <= 4096 for w in found),
+               "`found` is not a list of layer widths.", "a tuple of widths, as `make_stack` takes.")
     found = tuple(found)
     pairs = list(zip(found, found[1:], strict=False))
     ex.require(len(set(pairs)) == len(pairs) > 0, "`found` has two identical layers.",
@@ -48,21 +60,33 @@ def check_11_1(*, predict_partition: Answer[Callable[[Sequence[int], int], list[
     ex.correct()
 
 
+def _per_gpu() -> list[float]:
+    from ddp_helpers.sharding import zero_formula
+
+    return [sum(zero_formula(7_500_000_000, 64, s, bytes_per_value=2, moments=6).values()) / 1e9 for s in range(4)]
+
+
 @check
 def check_11_2(*, per_gpu: Answer[Sequence[float]], smallest_stage: Answer[int]) -> None:
     ex = Exercise("11.2")
     ex.given(per_gpu=per_gpu, smallest_stage=smallest_stage)
-    from ddp_helpers.sharding import zero_formula
-
-    truth = [sum(zero_formula(7_500_000_000, 64, s, bytes_per_value=2, moments=6).values()) / 1e9 for s in range(4)]
-    ex.require(len(per_gpu) == 4 and all(math.isclose(float(a), b, rel_tol=1e-6)
-                                         for a, b in zip(per_gpu, truth, strict=False)),
+    truth, got = _per_gpu(), number_list(per_gpu)
+    ex.require(got is not None and len(got) == 4 and all(math.isclose(a, b, rel_tol=1e-6)
+                                                         for a, b in zip(got, truth, strict=True)),
                "`per_gpu` is not the four stages' per-GPU memory in GB (rel. tol. 1e-6).",
                "sum the dict zero_formula returns (bytes_per_value=2, moments=6) and divide by 1e9 (GB, not GiB).")
-    ex.require(smallest_stage == next(s for s, gb in enumerate(truth) if gb <= 32),
+    ex.require(integer(smallest_stage) == next(s for s, gb in enumerate(truth) if gb <= 32),
                "`smallest_stage` is not the smallest stage that fits in 32 GB.",
                "the first stage whose total is <= 32.")
     ex.correct()
+
+
+def _payloads(value: object) -> dict[str, dict[str, int]] | None:
+    """{phase: {collective: bytes}} with the bytes as ints (numpy and tensor counts accepted)."""
+    if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
+        return None
+    out = {str(k): {str(c): integer(b) for c, b in v.items()} for k, v in value.items()}
+    return None if any(None in v.values() for v in out.values()) else out  # type: ignore[return-value]
 
 
 @check
@@ -73,10 +97,11 @@ def check_11_3(*, predicted: Answer[dict[str, dict[str, int]]], model: Iterable[
     layer = [4 * sum(p.numel() for p in m.parameters()) for m in model if isinstance(m, torch.nn.Linear)]
     truth = {"forward_bytes": {"all_gather": sum(layer)},
              "backward_bytes": {"all_gather": sum(layer), "reduce_scatter": sum(layer)}}
-    ex.require(isinstance(predicted, dict) and set(predicted) == set(truth),
+    got = _payloads(predicted)
+    ex.require(got is not None and set(got) == set(truth),
                "`predicted` should have the keys \"forward_bytes\" and \"backward_bytes\".",
                "each maps a collective's name to its payload bytes.")
-    ex.require(predicted == truth and all(recorded[k] == v for k, v in predicted.items()),
+    ex.require(got == truth and _payloads({k: recorded.get(k) for k in truth}) == truth,
                "the predicted payloads differ from what the worker counted.",
                "with reshard_after_forward=True the backward gathers every layer again; gradients are "
                "reduce-scattered.")

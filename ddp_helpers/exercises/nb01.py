@@ -20,7 +20,7 @@ def check_01_1(*, gathered: Answer[LaunchResult]) -> None:
     p2p = any(calls(tree, a) and calls(tree, b) for a, b in (("isend", "irecv"), ("send", "recv"))) or \
         bool(calls(tree, "batch_isend_irecv"))
     ex.require(p2p, "the script does not send and receive the pieces itself.",
-               "use `dist.isend` and `dist.irecv` at each step of the ring's all-gather half.")
+               "send and receive at each step of the ring's all-gather half, together in one `dist.batch_isend_irecv`.")
     ex.require(calls(tree, "all_gather"), "the script does not compare with `dist.all_gather`.",
                "keep the starter's `dist.all_gather(reference, mine)` and the comparison.")
     ex.every_rank("gathered", gathered, 3)

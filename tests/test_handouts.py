@@ -18,6 +18,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import handouts  # noqa: E402
+import instructor_page  # noqa: E402
+import notebook_pages  # noqa: E402
 import notebook_times  # noqa: E402
 
 NOTEBOOKS = handouts.notebooks()
@@ -223,10 +225,11 @@ def test_index_renders_markdown(built):
 
 def test_instructor_page(built):
     page = html.unescape((built / "instructor.html").read_text())
-    assert "`" not in page and "Half-day plan" in page and "Full-day plan" in page
+    assert "`" not in page and "Half-day plan" in page and "Full-day plan: DDP core" in page
+    assert "Two-day plan" in page and "Three-day plan" in page and "Set-up checklist" in page
     for notebook in NOTEBOOKS:
         nb = nbformat.read(notebook, as_version=4)
-        goals, tasks = handouts.objectives(nb), handouts.exercises(nb)
+        goals, tasks = notebook_pages.objectives(nb), notebook_pages.exercises(nb)
         assert 3 <= len(goals) <= 7 and len(tasks) == tagged(notebook, "exercise")
         # the first objective and the first exercise, read from the cells by the test itself
         text = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
@@ -240,9 +243,9 @@ def test_instructor_page(built):
 
 
 def test_plan_keeps_order_and_goes_on_after_pauses():
-    s = [handouts.Session(f"{i:02d}", f"{i:02d} · n", m, None) for i, m in enumerate([50, 60, 50, 85, 90])]
+    s = [instructor_page.Session(f"{i:02d}", f"{i:02d} · n", m, None) for i, m in enumerate([50, 60, 50, 85, 90])]
     blocks = [("09:00", 90), ("break", 15), ("10:45", 90), ("lunch", 60), ("13:00", 60)]
-    rows, left = handouts.plan(s, blocks)
+    rows, left = instructor_page.plan(s, blocks)
     assert rows[2:] == ["| 09:00 | 00 · n | 50 |", "| 09:50 | 01 · n | 40 |",
                         "| | *break* | 15 |",
                         "| 10:45 | 01 · n (continued) | 20 |", "| 11:05 | 02 · n | 50 |",
@@ -255,10 +258,10 @@ def test_teaching_minutes_count_run_time_reading_and_exercises():
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell("# 99 · T\n\n" + "word " * 236),
         nbformat.v4.new_markdown_cell("**Exercise 1.** Do it.", metadata={"tags": ["exercise"]})])
-    assert handouts.words(nb) == 244
-    assert handouts.exercises(nb) == ["Do it."]
+    assert notebook_pages.words(nb) == 244
+    assert notebook_pages.exercises(nb) == ["Do it."]
     # 244 words / 120 per minute = 2.03 min, + 10 min exercise + 3 min run = 15.03, rounded up to 20
-    assert handouts.teaching_minutes(nb, 180) == 20 and handouts.teaching_minutes(nb, 170) == 15
+    assert instructor_page.teaching_minutes(nb, 180) == 20 and instructor_page.teaching_minutes(nb, 170) == 15
 
 
 def test_nbval_comments_are_dropped_from_copies_only():
@@ -284,8 +287,226 @@ def test_times_from_junit(tmp_path):
 
 
 def test_committed_times_are_measurements():
-    times = json.loads(handouts.TIMES.read_text())
+    times = json.loads(instructor_page.TIMES.read_text())
     assert times["machine"]["cpu_count"] >= 1 and times["machine"]["date"]
     names = {p.name for p in NOTEBOOKS}
     for name, entry in times["notebooks"].items():
         assert name in names and entry["seconds"] > 0 and entry["cells"] > 0
+
+
+# --- the instructor page's plans, table, checklist and banner, read back from the HTML -----------------
+
+ALL = [p.name[:2] for p in NOTEBOOKS]
+BANNER = "Instructor edition: solutions included"
+
+
+def section(page: str, title: str) -> str:
+    """The HTML from the <h2> that starts with ``title`` to the next <h2>."""
+    start = page.index(f"<h2>{title}")
+    end = page.find("<h2", start + 4)
+    return page[start:end if end > 0 else len(page)]
+
+
+def tables(fragment: str) -> list[list[list[str]]]:
+    """Each table's body rows, as the cells' text."""
+    found = []
+    for body in re.findall(r"<tbody>(.*?)</tbody>", fragment, re.S):
+        rows = re.findall(r"<tr>(.*?)</tr>", body, re.S)
+        found.append([[html.unescape(re.sub(r"<[^>]+>", "", c)).strip() for c in re.findall(r"<td>(.*?)</td>", r, re.S)]
+                      for r in rows])
+    return found
+
+
+def minutes_of(clock_text: str) -> int:
+    return 60 * int(clock_text[:2]) + int(clock_text[3:])
+
+
+def check_fits(rows, blocks):
+    """Each row starts when the one before ends, the pauses are the day's, no row runs past its block."""
+    teaching = [(minutes_of(b), n) for b, n in blocks if b[0].isdigit()]
+    pauses = [(b, n) for b, n in blocks if not b[0].isdigit()]
+    block, now = 0, teaching[0][0]
+    for time, label, minutes in rows:
+        if not time:  # a pause
+            assert (label, int(minutes)) == pauses[block], (label, minutes)
+            block += 1
+            now = teaching[block][0]
+            continue
+        assert minutes_of(time) == now, (time, label)
+        now += int(minutes)
+        assert int(minutes) > 0 and now <= sum(teaching[block]), (time, label, minutes)
+    assert block == len(pauses), "the day's last blocks are missing"
+
+
+def taught(rows) -> list[str]:
+    """The notebooks a plan starts, in order (a "continued" row is the same notebook after a pause)."""
+    return [label[:2] for time, label, _ in rows if time and re.match(r"\d\d · ", label)
+            and not label.endswith("(continued)")]
+
+
+def check_core_day(page: str):
+    part = section(page, "Full-day plan: DDP core")
+    [rows] = tables(part)
+    check_fits(rows, instructor_page.FULL_DAY_BLOCKS)
+    numbers = taught(rows)
+    assert {"04", "05", "08"} <= set(numbers), numbers
+    assert numbers == sorted(numbers) and len(set(numbers)) == len(numbers), numbers
+    assert "Does not fit" not in part and "Left for self-study" in part
+
+
+def check_half_day(page: str):
+    part = section(page, "Half-day plan")
+    [rows] = tables(part)
+    check_fits(rows, instructor_page.HALF_DAY_BLOCKS)
+    assert "04" in taught(rows) and "Does not fit" not in part
+
+
+def check_days(page: str, title: str, days: int):
+    part = section(page, title)
+    found = tables(part)
+    assert len(found) == days == part.count("<h3>Day "), (title, len(found))
+    for rows in found:
+        check_fits(rows, instructor_page.FULL_DAY_BLOCKS)
+    numbers = [n for rows in found for n in taught(rows)]
+    assert numbers == ALL, (title, numbers)  # every notebook once, in series order
+    assert "Does not fit" not in part
+
+
+def check_table(page: str):
+    [rows] = tables(section(page, "The notebooks at a glance"))
+    times = json.loads(instructor_page.TIMES.read_text())["notebooks"]
+    assert len(rows) == len(NOTEBOOKS) + 1  # and a total
+    for row, path in zip(rows, NOTEBOOKS, strict=False):
+        cells = json.loads(path.read_text())["cells"]
+        nb = nbformat.read(path, as_version=4)
+        assert row == [path.name[:2], heading(path).partition(" · ")[2].replace("`", ""), str(len(cells)),
+                       str(times[path.name]["cells"]), f"{times[path.name]['seconds']:.1f}",
+                       str(instructor_page.teaching_minutes(nb, times[path.name]["seconds"])),
+                       str(tagged(path, "exercise"))], path.name
+    total = rows[-1]
+    assert total[2] == str(sum(len(json.loads(p.read_text())["cells"]) for p in NOTEBOOKS))
+    assert total[4] == f"{sum(times[p.name]['seconds'] for p in NOTEBOOKS):.1f}"
+    assert total[6] == str(sum(tagged(p, "exercise") for p in NOTEBOOKS))
+
+
+def check_banner(page: str):
+    assert page.count(BANNER) == 1
+
+
+def test_core_day_reaches_ddp_and_fits(built):
+    check_core_day((built / "instructor.html").read_text())
+
+
+def test_half_day_reaches_a_first_ddp_model(built):
+    check_half_day((built / "instructor.html").read_text())
+
+
+@pytest.mark.parametrize("title,days", [("Two-day plan", 2), ("Three-day plan", 3)])
+def test_multi_day_plans_cover_every_notebook_once(built, title, days):
+    check_days((built / "instructor.html").read_text(), title, days)
+
+
+def test_notebook_table(built):
+    check_table((built / "instructor.html").read_text())
+
+
+def test_banner_on_every_instructor_page(built):
+    check_banner((built / "instructor.html").read_text())
+    for path in NOTEBOOKS:
+        check_banner((built / "instructor" / f"{path.stem}.html").read_text())
+        assert BANNER not in (built / "student" / f"{path.stem}.html").read_text()
+
+
+def test_setup_checklist_and_machine_check(built):
+    part = html.unescape(section((built / "instructor.html").read_text(), "Set-up checklist"))
+    for words in ("Install", "offline", "ddp_helpers", "Machine check", "time make venv", "make test"):
+        assert words in part, words
+    command = re.search(r"<pre><code[^>]*>(.*?)</code></pre>", part, re.S)[1].strip()
+    assert command == instructor_page.MACHINE_CHECK
+    # what the command relies on: notebook 00 writes the hello worker, and its stored launch printed the sum
+    cells = json.loads(NOTEBOOKS[0].read_text())["cells"]
+    sources = ["".join(c["source"]) for c in cells]
+    assert any(s.startswith("%%writefile scripts/00_hello.py\n") for s in sources)
+    launch = next(c for c, s in zip(cells, sources, strict=True) if 'torchrun("scripts/00_hello.py", nproc=2)' in s)
+    printed = "".join("".join(o.get("text", "")) for o in launch["outputs"])
+    assert printed.count("all_reduce(rank+1)=3") >= 2
+    # the venv size, README's download size and CI's install time come from this machine and README.md
+    readme = (ROOT / "README.md").read_text()
+    size = re.search(r"installs\s+about\s+([\d.]+\s+[GMK]B)", readme)
+    assert size is None or f"about {size[1]}" in " ".join(part.split())
+
+
+def test_part_minutes_add_up_to_teaching_minutes():
+    times = json.loads(instructor_page.TIMES.read_text())["notebooks"]
+    for path in NOTEBOOKS:
+        nb = nbformat.read(path, as_version=4)
+        o = instructor_page.outline(nb)
+        assert o.frame + sum(o.sections.values()) + sum(o.exercises) == notebook_pages.words(nb)
+        assert len(o.exercises) == tagged(path, "exercise") and o.sections
+        run = times.get(path.name, {}).get("seconds")
+        whole = instructor_page.Part(path.name[:2])
+        assert instructor_page.part_minutes(o, run, whole) == instructor_page.teaching_minutes(nb, run)
+        none = instructor_page.Part(path.name[:2], sections=(), exercises=())
+        assert instructor_page.part_minutes(o, run, none) < instructor_page.teaching_minutes(nb, run)
+    with pytest.raises(ValueError):  # a plan naming a section the notebook does not have
+        instructor_page.part_minutes(instructor_page.outline(nbformat.read(NOTEBOOKS[0], as_version=4)), None,
+                              instructor_page.Part("00", sections=(99,)))
+
+
+def test_spans():
+    assert instructor_page.spans((1, 2, 3, 5)) == "1–3, 5" and instructor_page.spans((1, 2, 4)) == "1, 2, 4"
+
+
+def test_plan_does_not_mark_a_notebook_continued_that_starts_after_a_pause():
+    s = [instructor_page.Session(f"{i:02d}", f"{i:02d} · n", m, None) for i, m in enumerate([90, 30])]
+    rows, left = instructor_page.plan(s, [("09:00", 90), ("break", 15), ("10:45", 90)])
+    assert rows[2:5] == ["| 09:00 | 00 · n | 90 |", "| | *break* | 15 |", "| 10:45 | 01 · n | 30 |"]
+
+
+def P(number, sections=None, exercises=None):
+    return instructor_page.Part(number, sections, exercises)
+
+
+# Wrong pages: each check above must fail on one. A plan change is made in handouts and the page rebuilt;
+# a number or the banner is changed in the built page's HTML.
+WRONG_PLANS = {
+    "core day drops 08": ("CORE_DAY", lambda d: tuple(p for p in d if p.number != "08"), check_core_day),
+    "core day stops at 03": ("CORE_DAY", lambda d: tuple(p for p in d if p.number < "04"), check_core_day),
+    "core day overruns": ("CORE_DAY", lambda d: tuple(P(p.number) for p in d), check_core_day),
+    "half day without 04": ("HALF_DAY", lambda d: tuple(p for p in d if p.number != "04"), check_half_day),
+    "two days drop 12": ("TWO_DAYS", lambda d: (d[0], tuple(p for p in d[1] if p.number != "12")),
+                         lambda page: check_days(page, "Two-day plan", 2)),
+    "three days teach 03 twice": ("THREE_DAYS", lambda d: (d[0], (P("03", (8,), ()), *d[1]), d[2]),
+                                  lambda page: check_days(page, "Three-day plan", 3)),
+    "three days as two": ("THREE_DAYS", lambda d: (d[0] + d[1], d[2]),
+                          lambda page: check_days(page, "Three-day plan", 3)),
+}
+
+
+@pytest.mark.parametrize("name", WRONG_PLANS)
+def test_plan_checks_fail_on_a_wrong_plan(tmp_path, monkeypatch, name):
+    attribute, change, check = WRONG_PLANS[name]
+    monkeypatch.setattr(instructor_page, attribute, change(getattr(instructor_page, attribute)))
+    page = instructor_page.write_instructor_page(tmp_path, NOTEBOOKS[:1]).read_text()
+    with pytest.raises(AssertionError):
+        check(page)
+
+
+def test_table_and_banner_checks_fail_on_a_wrong_page(built):
+    page = (built / "instructor.html").read_text()
+    times = json.loads(instructor_page.TIMES.read_text())["notebooks"]
+    run = f"<td>{times[NOTEBOOKS[0].name]['seconds']:.1f}</td>"
+    assert run in page
+    with pytest.raises(AssertionError):
+        check_table(page.replace(run, run.replace("</td>", "1</td>"), 1))
+    last = re.findall(r"<tr>.*?</tr>", section(page, "The notebooks at a glance"), re.S)[-2]
+    assert last.count(f"<td>{NOTEBOOKS[-1].name[:2]}</td>") == 1
+    with pytest.raises(AssertionError):  # the last notebook's row left out
+        check_table(page.replace(last, ""))
+    with pytest.raises(AssertionError):
+        check_banner(page.replace(BANNER, "Instructor page"))
+    core = section(page, "Full-day plan: DDP core")
+    first = re.search(r"<td>09:00</td>\s*<td>.*?</td>\s*<td>(\d+)</td>", core, re.S)
+    longer = core[:first.start(1)] + str(int(first[1]) + 60) + core[first.end(1):]
+    with pytest.raises(AssertionError):  # the first notebook runs an hour longer: the day no longer fits
+        check_core_day(page.replace(core, longer))

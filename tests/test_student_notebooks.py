@@ -32,6 +32,7 @@ from nbclient import NotebookClient
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import handouts  # noqa: E402
+import notebook_pages  # noqa: E402
 
 pytestmark = pytest.mark.student_notebooks
 NOTEBOOKS = handouts.notebooks()
@@ -91,10 +92,10 @@ def plan(nb) -> tuple[list[str], list]:
     asserts of the lessons) is skipped.
     """
     cells = nb.cells
-    first = next(i for i, c in enumerate(cells) if handouts.EXERCISE_TAG in handouts.tags(c))
+    first = next(i for i, c in enumerate(cells) if notebook_pages.EXERCISE_TAG in notebook_pages.tags(c))
     exercise = [c for c in cells[first:] if c.cell_type == "code"
-                and {handouts.STARTER_TAG, handouts.CHECK_TAG} & set(handouts.tags(c))]
-    needed = set().union(*(names(c.source)[1] for c in exercise if handouts.STARTER_TAG in handouts.tags(c)))
+                and {notebook_pages.STARTER_TAG, notebook_pages.CHECK_TAG} & set(notebook_pages.tags(c))]
+    needed = set().union(*(names(c.source)[1] for c in exercise if notebook_pages.STARTER_TAG in notebook_pages.tags(c)))
     chosen = []
     for cell in reversed([c for c in cells[:first] if c.cell_type == "code"]):
         code = TRANSFORM.transform_cell(cell.source)
@@ -124,12 +125,12 @@ def error_of(cell):
 def test_unmodified_starters_fail_their_checks_with_a_hint(student_folder, notebook, monkeypatch):
     nb = nbformat.read(student_folder / notebook.name, as_version=4)
     lesson, exercise = plan(nb)
-    checks = [c for c in exercise if handouts.CHECK_TAG in handouts.tags(c)]
+    checks = [c for c in exercise if notebook_pages.CHECK_TAG in notebook_pages.tags(c)]
     if not checks:
         pytest.skip(f"{notebook.name} has no check cells yet")
     run, kinds = [], []
     for cell in [nbformat.v4.new_code_cell(code) for code in lesson] + exercise:
-        kind = "check" if handouts.CHECK_TAG in handouts.tags(cell) else "cell"
+        kind = "check" if notebook_pages.CHECK_TAG in notebook_pages.tags(cell) else "cell"
         if kind == "check":
             run.append(nbformat.v4.new_code_cell(PLACEHOLDER.format(names=sorted(names(cell.source)[1]))))
             kinds.append("placeholder")

@@ -12,7 +12,10 @@ Writes, from the notebooks as committed (nothing is executed):
   instructor/NN_name.html (.pdf)  everything
   slides/NN_name.slides.html      (--slides) reveal.js, one slide per ``##`` section
   index.html                      links to every edition, the titles' markdown rendered
-  instructor.html                 objectives, measured run times, exercises, half- and full-day plans
+  instructor.html                 (tools/instructor_page.py) set-up checklist, a table of the notebooks
+                                  (cells, run and teaching times, exercises), half-day, one-day (DDP
+                                  core), 2- and 3-day plans, each notebook's sections, objectives and
+                                  exercises
   assets/                         require.js, MathJax 2, jQuery, reveal.js and the widget manager
 
 Every page loads its scripts from assets/ (pinned npm packages, package-lock.json, installed by
@@ -30,8 +33,6 @@ from __future__ import annotations
 import argparse
 import copy
 import hashlib
-import json
-import math
 import multiprocessing
 import os
 import re
@@ -42,9 +43,21 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import mistune
 import nbformat
+from instructor_page import write_instructor_page
 from nbconvert import HTMLExporter, SlidesExporter
+from notebook_pages import (
+    CHECK_TAG,
+    INSTRUCTOR_BANNER,
+    SOLUTION_TAG,
+    STARTER_TAG,
+    cell_text,
+    links,
+    plain,
+    tags,
+    title_cell,
+    write_page,
+)
 from traitlets.config import Config
 
 from ddp_helpers.series import NAV_TAG, notebooks, title_of
@@ -52,18 +65,16 @@ from ddp_helpers.series import NAV_TAG, notebooks, title_of
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATES = Path(__file__).resolve().parent / "handout_templates"
 NPM = ROOT / "build" / "npm"
-TIMES = ROOT / "tools" / "notebook_times.json"
 CHROMIUM = os.environ.get("CHROMIUM", "/usr/bin/chromium")
 # the launch flags of tests/browser/test_jupyterlab.py
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
-SOLUTION_TAG, EXERCISE_TAG = "solution", "exercise"
-CHECK_TAG, STARTER_TAG = "check", "starter"
 # Notebook-relative paths that leave notebooks/ (rewritten in the student notebooks), and the folders a
 # notebook's cells read or write next to it (copied, or made empty, beside the student notebooks).
 REPO_PATH = re.compile(r"""(?<=["'(])\.\./(data|cluster|README\.md|requirements\.txt)\b""")
 COPIED_FOLDERS, EMPTY_FOLDERS = ("walkthrough",), ("scripts", "runs")
 EDITIONS = ("student", "instructor")
+# On every instructor page (the notebooks' instructor edition and instructor.html).
 NBVAL_COMMENT = re.compile(r"^[ \t]*#[ \t]*NBVAL_[A-Z_]+\b.*(?:\n|$)", re.MULTILINE)
 
 # What the pages load, copied from the npm packages into assets/ (nothing else is served).
@@ -88,53 +99,7 @@ SKIP_FILES = shutil.ignore_patterns("*.map", "embed.js", "embed.js.LICENSE.txt",
                                     "reveal.esm.js", "notes.esm.js")
 
 # The plans: teaching time per notebook = measured run time + reading + exercises.
-READING_WORDS_PER_MIN = 120   # markdown and code read aloud or explained
-MINUTES_PER_EXERCISE = 10
-HALF_DAY_BLOCKS = [("09:00", 90), ("break", 15), ("10:45", 90)]
-FULL_DAY_BLOCKS = HALF_DAY_BLOCKS + [("lunch", 60), ("13:30", 90), ("break", 15), ("15:15", 90)]
 
-
-# --- reading a notebook ----------------------------------------------------------------------
-
-def tags(cell) -> list[str]:
-    return cell.get("metadata", {}).get("tags", [])
-
-
-def title_cell(nb):
-    for cell in nb.cells:
-        if cell.cell_type == "markdown" and NAV_TAG not in tags(cell) and cell.source.startswith("# "):
-            return cell
-    return None
-
-
-def plain(markdown: str) -> str:
-    """A heading's text without its inline markup, for a page's <title>."""
-    return re.sub(r"[`*]", "", markdown)
-
-
-def objectives(nb) -> list[str]:
-    """The bullets under **Learning objectives** in the title cell (continuation lines joined)."""
-    cell, items, inside = title_cell(nb), [], False
-    for line in (cell.source.splitlines() if cell else []):
-        if line.strip().lower().startswith("**learning objectives"):
-            inside = True
-        elif inside and line.startswith("- "):
-            items.append(line[2:].strip())
-        elif inside and line.startswith("  ") and items:
-            items[-1] += " " + line.strip()
-        elif inside and line.strip():
-            break
-    return items
-
-
-def exercises(nb) -> list[str]:
-    """Each exercise's text on one line, its "**Exercise N.**" label dropped."""
-    return [re.sub(r"^\*\*Exercise \d+\.?\*\*\s*", "", " ".join(cell.source.split()))
-            for cell in nb.cells if EXERCISE_TAG in tags(cell)]
-
-
-def words(nb) -> int:
-    return sum(len(c.source.split()) for c in nb.cells if NAV_TAG not in tags(c))
 
 
 # --- the in-memory copies ----------------------------------------------------------------------
@@ -237,6 +202,8 @@ def render(path: Path, out: Path, edition: str, kind: str = "html") -> Path:
     if kind == "slides":
         nb = with_slide_metadata(nb)
     body, _ = exporter(kind, edition).from_notebook_node(nb, resources={"metadata": {"name": path.stem}})
+    if edition == "instructor" and kind == "html":
+        body = re.sub(r"(<main>|<body[^>]*>)", lambda m: m[1] + INSTRUCTOR_BANNER, body, count=1)
     target = out / ("slides" if kind == "slides" else edition) / f"{path.stem}{suffix}"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(body, encoding="utf-8")
@@ -358,38 +325,6 @@ def pdf_pages(path: Path) -> int:
 
 # --- index and instructor page ---------------------------------------------------------------
 
-PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; max-width: 60em; margin: 2em auto; padding: 0 1em; line-height: 1.45; }}
-table {{ border-collapse: collapse; margin: 1em 0; }}
-td, th {{ border-bottom: 1px solid #ddd; padding: .3em .8em; text-align: left; vertical-align: top; }}
-code {{ background: #f3f3f3; padding: 0 .2em; }}
-@page {{ size: A4; margin: 14mm 12mm; }}
-</style></head><body>
-{body}
-</body></html>
-"""
-MARKDOWN = mistune.create_markdown(escape=False, plugins=["table"])
-
-
-def write_page(target: Path, title: str, markdown: str) -> Path:
-    target.write_text(PAGE.format(title=title, body=MARKDOWN(markdown)), encoding="utf-8")
-    return target
-
-
-def cell_text(text: str) -> str:
-    """Markdown that stays inside one table cell."""
-    return " ".join(text.split()).replace("|", "\\|")
-
-
-def links(stem: str, edition: str, pdf: bool) -> str:
-    parts = [f"[HTML]({edition}/{stem}.html)"] + ([f"[PDF]({edition}/{stem}.pdf)"] if pdf else [])
-    if edition == "student":
-        parts.append(f"[notebook]({edition}/{stem}.ipynb)")
-    return " · ".join(parts)
-
-
 def write_index(out: Path, slides: bool, pdf: bool = False, paths: list[Path] | None = None) -> Path:
     head = "| # | notebook | student | instructor |" + (" slides |" if slides else "")
     rows = [head, "|---" * (4 + slides) + "|"]
@@ -409,101 +344,6 @@ def write_index(out: Path, slides: bool, pdf: bool = False, paths: list[Path] | 
         "For the instructor: [objectives, run times, exercises and day plans](instructor.html).", "",
         *rows])
     return write_page(out / "index.html", "DDP workshop handouts", text)
-
-
-@dataclass
-class Session:
-    stem: str
-    title: str
-    minutes: int
-    run_seconds: float | None
-
-
-def teaching_minutes(nb, run_seconds: float | None) -> int:
-    """Run time + reading + exercises, rounded up to 5 minutes."""
-    minutes = (run_seconds or 0) / 60 + words(nb) / READING_WORDS_PER_MIN \
-        + MINUTES_PER_EXERCISE * len(exercises(nb))
-    return 5 * math.ceil(minutes / 5)
-
-
-def clock(minutes: int) -> str:
-    return f"{minutes // 60:02d}:{minutes % 60:02d}"
-
-
-def plan(sessions: list[Session], blocks: list[tuple[str, int]]) -> tuple[list[str], list[Session]]:
-    """Table rows: the notebooks in series order, as many as end within the day.
-
-    A block is (start "HH:MM", minutes) or (name of a pause, minutes). A notebook that reaches a pause
-    goes on after it (marked "continued"); each row starts at its clock time.
-    """
-    teaching = [(60 * int(b[:2]) + int(b[3:]), n) for b, n in blocks if b[0].isdigit()]
-    pauses = [b for b in blocks if not b[0][0].isdigit()]
-    rows, queue = ["| time | notebook | minutes |", "|---|---|---|"], list(sessions)
-    block, now, left = 0, teaching[0][0], teaching[0][1]
-    while queue and queue[0].minutes <= left + sum(n for _, n in teaching[block + 1:]):
-        s = queue.pop(0)
-        need, label = s.minutes, cell_text(s.title)
-        while need:
-            if not left:  # the pause between this block and the next
-                name, length = pauses[block]
-                rows.append(f"| | *{name}* | {length} |")
-                block += 1
-                now, left = teaching[block]
-                label = f"{cell_text(s.title)} (continued)"
-            used = min(need, left)
-            rows.append(f"| {clock(now)} | {label} | {used} |")
-            now, left, need = now + used, left - used, need - used
-    free = "*questions, exercises, catching up*"
-    if left >= 15:
-        rows.append(f"| {clock(now)} | {free} | {left} |")
-    for (name, length), (start, minutes) in zip(pauses[block:], teaching[block + 1:], strict=True):
-        rows += [f"| | *{name}* | {length} |", f"| {clock(start)} | {free} | {minutes} |"]
-    return rows, queue
-
-
-def write_instructor_page(out: Path, paths: list[Path] | None = None) -> Path:
-    times = json.loads(TIMES.read_text()) if TIMES.exists() else {"notebooks": {}, "machine": {}}
-    machine, sessions, sections = times.get("machine", {}), [], []
-    for path in paths or notebooks():
-        nb = nbformat.read(path, as_version=4)
-        measured = times["notebooks"].get(path.name, {})
-        run = measured.get("seconds")
-        sessions.append(Session(path.stem, title_of(nb), teaching_minutes(nb, run), run))
-        run_text = (f"{run:.0f} s for {measured['cells']} cells" if run is not None else "not measured yet")
-        if measured.get("passed") is False:
-            run_text += ", not every cell passed (a stale stored output or a timeout)"
-        if measured.get("load_average_1min") is not None:
-            run_text += f" (load average {measured['load_average_1min']} at the start)"
-        sections += [f"### {title_of(nb)}", "",
-                     f"Run time under strict nbval: {run_text}. Teaching time: about "
-                     f"{sessions[-1].minutes} min. Handouts: {links(path.stem, 'student', True)} "
-                     f"(student), {links(path.stem, 'instructor', True)} (instructor), "
-                     f"[slides](slides/{path.stem}.slides.html).", "",
-                     "**Objectives**", "", *[f"- {o}" for o in objectives(nb)], "",
-                     "**Exercises**", "", *[f"{i}. {e}" for i, e in enumerate(exercises(nb), 1)], ""]
-    half, half_left = plan(sessions, HALF_DAY_BLOCKS)
-    full, full_left = plan(sessions, FULL_DAY_BLOCKS)
-
-    def rest(left):
-        return ("Left for self-study: " + ", ".join(s.title.split(" · ")[0] for s in left) + ".") if left \
-            else "Every notebook fits."
-
-    text = "\n".join([
-        "# Instructor page", "",
-        "[Back to the handouts](index.html)", "",
-        f"Run times: strict nbval of each notebook, from {machine.get('source', 'no measurement')}, "
-        f"measured on {machine.get('date', '?')} on a {machine.get('cpu_count', '?')}-CPU machine "
-        "(`tools/notebook_times.json`); refresh them with `python tools/notebook_times.py` on an idle "
-        "machine after a notebook changes. A load average above the CPU count means the machine was "
-        "shared and the time is longer than a learner's.", "",
-        f"Teaching time of a notebook: its run time, plus reading its text and code at "
-        f"{READING_WORDS_PER_MIN} words a minute, plus {MINUTES_PER_EXERCISE} minutes per exercise, "
-        "rounded up to 5 minutes. The plans take the notebooks in series order (each builds on the ones "
-        "before) and put each into the first block it fits in whole.", "",
-        "## Half-day plan", "", *half, "", rest(half_left), "",
-        "## Full-day plan", "", *full, "", rest(full_left), "",
-        "## The notebooks", "", *sections])
-    return write_page(out / "instructor.html", "DDP workshop: instructor page", text)
 
 
 # --- the whole build -------------------------------------------------------------------------

@@ -60,6 +60,34 @@ def title_of(notebook: Mapping[str, Any] | Path) -> str:
     raise ValueError("the notebook has no markdown cell opening with '# Title'")
 
 
+WRITEFILE = re.compile(r"%%writefile (\S+)\n")
+
+
+def worker_scripts(root: Path = ROOT) -> dict[str, str]:
+    """What the notebooks' ``%%writefile`` cells write: {path relative to notebooks/: text}, the cells
+    taken in the series' order, so a later cell that writes the same file wins, as in a run."""
+    import json
+
+    files: dict[str, str] = {}
+    for path in notebooks(root):
+        for cell in json.loads(path.read_text())["cells"]:
+            source = _text(cell["source"])
+            if cell["cell_type"] == "code" and (m := WRITEFILE.match(source)):
+                files[m.group(1)] = source[m.end():]
+    return files
+
+
+def write_worker_scripts(folder: Path = NOTEBOOK_DIR) -> int:
+    """Write :func:`worker_scripts` under ``folder`` (by default where the notebooks write them);
+    returns how many. The unit tests and ``make gpu-check`` need them without running a notebook."""
+    files = worker_scripts()
+    for rel, text in files.items():
+        target = folder / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    return len(files)
+
+
 def nbval_command(python: str, paths: Sequence[Path | str]) -> list[str]:
     """Strict nbval over ``paths``, as ``make nbval`` runs it (run it from the repository root)."""
     return [python, "-m", "pytest", "-q", *NBVAL_ARGS, *map(str, paths)]

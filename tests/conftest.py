@@ -29,6 +29,11 @@ def ranks_json(tmp_path):
 
 
 def pytest_configure(config):
+    # The notebooks' worker scripts (notebooks/scripts/, git-ignored) are written by their %%writefile
+    # cells; tests that launch or read them must not depend on a notebook having run first.
+    from ddp_helpers.series import write_worker_scripts
+
+    write_worker_scripts()
     config.addinivalue_line(
         "markers", "restarts: torchrun restart launches; once in `make unit`, repeated by `make stress`")
     config.addinivalue_line(

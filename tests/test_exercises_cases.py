@@ -10,10 +10,13 @@ Each case is (exercise id, a label, the keyword arguments); ``RIGHT`` cases must
 from __future__ import annotations
 
 import argparse
+import atexit
 import math
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -65,8 +68,8 @@ def refused(exid, kwargs):
     return text
 
 
-TMP = Path(os.environ.get("PYTEST_EXERCISE_TMP", "/tmp")) / f"exercise_cases_{os.getpid()}"
-TMP.mkdir(parents=True, exist_ok=True)
+TMP = Path(tempfile.mkdtemp(prefix="exercise_cases_"))  # the cases' scripts and files, made at import
+atexit.register(shutil.rmtree, TMP, ignore_errors=True)
 
 # --- scripts the fake launches name -----------------------------------------------------------------
 HELLO = SCRIPTS / "00_hello.py"

@@ -37,7 +37,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from ddp_helpers.series import CPU_ENV, notebooks
+from ddp_helpers.series import CPU_ENV, write_worker_scripts
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -144,18 +144,8 @@ def compare_files(cpu: dict[str, object], gpu: dict[str, object]) -> str | None:
 
 
 def write_scripts() -> int:
-    """Write every %%writefile cell of the notebooks (in order, so a later cell wins)."""
-    count = 0
-    for notebook in notebooks():
-        for cell in json.loads(notebook.read_text())["cells"]:
-            source = "".join(cell["source"])
-            m = re.match(r"%%writefile (\S+)\n", source)
-            if cell["cell_type"] == "code" and m:
-                target = NOTEBOOKS / m.group(1)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(source[m.end():])
-                count += 1
-    return count
+    """Every notebook's worker scripts, written where the notebooks write them."""
+    return write_worker_scripts(NOTEBOOKS)
 
 
 def script_text(launch: dict) -> str:

@@ -196,18 +196,97 @@ def test_titles_nbval_comments_print_css(built, notebook):
             assert "size: A4" in text and "white-space: pre-wrap !important" in css
 
 
+def headings(nb) -> int:
+    """The ``## `` lines of the markdown cells outside fenced code, counted by the test itself."""
+    count = 0
+    for cell in nb.cells:
+        fenced = False
+        for line in cell.source.splitlines() if cell.cell_type == "markdown" else []:
+            fenced ^= line.lstrip().startswith("```")
+            count += line.startswith("## ") and not fenced
+    return count
+
+
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
 def test_one_slide_per_section(built, notebook):
     nb = nbformat.read(notebook, as_version=4)
     assert not any("slideshow" in c.metadata for c in nb.cells), "slide metadata belongs to the tool"
-    sections = sum(c.cell_type == "markdown" and c.source.startswith("## ") for c in nb.cells)
+    sections = headings(nb)  # wherever a heading stands in its cell
     slides = (built / "slides" / f"{notebook.stem}.slides.html").read_text()
     body = slides[slides.index('<div class="slides">'):]
-    # nbconvert writes each slide as <section><section>...</section></section>
+    # nbconvert writes each slide as <section><section>...</section></section>, a sub-slide as a
+    # further <section> inside the outer one
     assert len(re.findall(r"<section>\s*<section>", body)) == 1 + sections
-    copy = handouts.with_slide_metadata(handouts.handout_copy(nb, ".slides.html"))
+    assert body.count("<section") >= 2 * (1 + sections)
+    copy = handouts.with_slide_metadata(handouts.handout_copy(nb, ".slides.html"), notebook.name)
     kinds = [c.metadata.slideshow.slide_type for c in copy.cells]
     assert kinds.count("slide") == 2 + sections  # the first (navigation) cell, the title, the sections
+    starts = [c.source.splitlines()[0] for c, k in zip(copy.cells, kinds, strict=True) if k == "slide"][2:]
+    assert all(line.startswith("## ") for line in starts)
+    # long inputs are shortened, with a pointer to the notebook; worker scripts show only their head
+    for cell in copy.cells:
+        lines = cell.source.splitlines()
+        if cell.cell_type == "code" and lines:
+            assert len(lines) <= handouts.LONG_INPUT, (notebook.name, lines[0])
+            if lines[0].startswith("%%writefile") and len(lines) > handouts.SHOWN_SCRIPT + 1:
+                pytest.fail(f"{notebook.name}: a whole script on a slide: {lines[0]}")
+            if "more lines: the whole cell is in" in lines[-1]:
+                assert notebook.name in lines[-1]
+
+
+def test_slides_split_headings_inside_cells_and_tall_sections():
+    long_code = "\n".join(f"x{i} = {i}" for i in range(40))
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# 99 · T"),
+        nbformat.v4.new_markdown_cell("> **Note.** a callout\n\n## 1. First\n\ntext\n\n```\n## not a heading\n```"),
+        *[nbformat.v4.new_code_cell("\n".join(["y = 1"] * 10)) for _ in range(6)],
+        nbformat.v4.new_code_cell(long_code),
+        nbformat.v4.new_code_cell("%%writefile scripts/w.py\n" + long_code),
+        nbformat.v4.new_markdown_cell("## 2. Second")])
+    copy = handouts.with_slide_metadata(handouts.handout_copy(nb, ".slides.html"), "99_t.ipynb")
+    kinds = [c.metadata.slideshow.slide_type for c in copy.cells]
+    sources = [c.source for c in copy.cells]
+    assert sources[1] == "> **Note.** a callout" and sources[2].startswith("## 1. First")
+    assert "## not a heading" in sources[2]  # a fenced "## " line is code, not a heading
+    assert kinds.count("slide") == 3 and kinds.count("subslide") >= 2
+    assert kinds[sources.index("## 2. Second")] == "slide"
+    shortened = [s for s in sources if "more lines: the whole cell is in 99_t.ipynb" in s]
+    assert len(shortened) == 2 and all(len(s.splitlines()) <= handouts.LONG_INPUT for s in shortened)
+    old = handouts.with_slide_metadata(handouts.handout_copy(nb, ".slides.html"), split=False)
+    assert [c.metadata.slideshow.slide_type for c in old.cells].count("slide") == 2  # the 1st ## missed
+    assert long_code in [c.source for c in old.cells]
+    assert len(nb.cells) == 11 and "slideshow" not in nb.cells[1].metadata  # the original is left alone
+
+
+def test_slide_css_fits_80_characters_and_scrolls_at_load(built):
+    slides = (built / "slides" / "02_samplers.slides.html").read_text()
+    size = int(re.findall(r"--jp-code-font-size:\s*(\d+)px", slides)[-1])  # the last one wins
+    assert 80 * 0.6 * size <= 960 - 80  # a monospace character is about 0.6 em wide
+    assert 'Reveal.on("ready", setScrollingSlide)' in slides
+
+
+WIDGET_NOTEBOOKS = [p for p in NOTEBOOKS if p.name[:2] in ("01", "02")]
+
+
+@pytest.mark.parametrize("notebook", WIDGET_NOTEBOOKS, ids=lambda p: p.name)
+def test_widgets_are_pictures_in_handouts(built, notebook):
+    raw = json.loads(notebook.read_text())
+    views = [o for c in raw["cells"] for o in c.get("outputs", [])
+             if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert views and all("image/png" in o["data"] for o in views), "each widget stores its picture"
+    for page in (built / "student" / f"{notebook.stem}.html", built / "instructor" / f"{notebook.stem}.html",
+                 built / "slides" / f"{notebook.stem}.slides.html"):
+        text = page.read_text()
+        assert "application/vnd.jupyter.widget-view+json" not in text, page
+        assert "application/vnd.jupyter.widget-state+json" not in text, page
+        for view in views:
+            assert view["data"]["image/png"].replace("\n", "")[:200] in text, page
+        assert text.count("interactive in JupyterLab") == len(views), page
+    # the student notebook keeps its widgets: they work when it runs
+    student = json.loads((built / "student" / notebook.name).read_text())
+    kept = [o for c in student["cells"] for o in c.get("outputs", [])
+            if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
+    assert len(kept) == len(views) and "widgets" in student["metadata"]
 
 
 def test_index_renders_markdown(built):

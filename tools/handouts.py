@@ -10,7 +10,8 @@ Writes, from the notebooks as committed (nothing is executed):
                                   ../README.md) rewritten for the folder, walkthrough/ copied beside it
   student/NN_name.html (.pdf)     the same cells as the student notebook (starters and checks)
   instructor/NN_name.html (.pdf)  everything
-  slides/NN_name.slides.html      (--slides) reveal.js, one slide per ``##`` section
+  slides/NN_name.slides.html      (--slides) reveal.js, a slide per ``##`` heading (wherever it stands in
+                                  a cell), sub-slides of about one screen, long inputs shortened
   index.html                      links to every edition, the titles' markdown rendered
   instructor.html                 (tools/instructor_page.py) set-up checklist, a table of the notebooks
                                   (cells, run and teaching times, exercises), half-day, one-day (DDP
@@ -24,15 +25,18 @@ Every page loads its scripts from assets/ (pinned npm packages, package-lock.jso
 refused; a page that asks for the network, or fails to load a file, fails the build.
 
 The handouts are made from in-memory copies: ``# NBVAL_*`` comment lines dropped, the page titled
-with the notebook's ``# NN · Title`` heading, notebook links pointed at the HTML pages, and, for
-the slides, reveal.js slide metadata written on every cell.
+with the notebook's ``# NN · Title`` heading, notebook links pointed at the HTML pages, each widget
+shown as its stored picture captioned "interactive in JupyterLab" (the student .ipynb keeps its widgets),
+and, for the slides, reveal.js slide metadata written on every cell.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import copy
 import hashlib
+import html
 import multiprocessing
 import os
 import re
@@ -75,6 +79,7 @@ REPO_PATH = re.compile(r"""(?<=["'(])\.\./(data|cluster|README\.md|requirements\
 COPIED_FOLDERS, EMPTY_FOLDERS = ("walkthrough",), ("scripts", "runs")
 EDITIONS = ("student", "instructor")
 # On every instructor page (the notebooks' instructor edition and instructor.html).
+WIDGET_VIEW, WIDGET_CAPTION = "application/vnd.jupyter.widget-view+json", "interactive in JupyterLab"
 NBVAL_COMMENT = re.compile(r"^[ \t]*#[ \t]*NBVAL_[A-Z_]+\b.*(?:\n|$)", re.MULTILINE)
 
 # What the pages load, copied from the npm packages into assets/ (nothing else is served).
@@ -105,8 +110,9 @@ SKIP_FILES = shutil.ignore_patterns("*.map", "embed.js", "embed.js.LICENSE.txt",
 # --- the in-memory copies ----------------------------------------------------------------------
 
 def handout_copy(nb, suffix: str):
-    """A copy for the handouts: no NBVAL comment lines, titled, links pointed at the HTML pages."""
-    nb = copy.deepcopy(nb)
+    """A copy for the handouts: no NBVAL comment lines, titled, links pointed at the HTML pages, and each
+    widget shown as its stored picture (``widget_pictures``)."""
+    nb = widget_pictures(copy.deepcopy(nb))
     nb.metadata["title"] = plain(title_of(nb))
     names = [p.name for p in notebooks()]
     for cell in nb.cells:
@@ -163,12 +169,224 @@ def write_student_notebook(path: Path, folder: Path) -> Path:
     return target
 
 
-def with_slide_metadata(nb):
-    """reveal.js metadata on every cell: the title cell and each ``## `` heading start a slide."""
+def widget_pictures(nb):
+    """Each widget output that stores its own picture shows the picture, captioned, not dead controls.
+
+    A widget's saved state draws its sliders and buttons in a page, but nothing runs them there. Where the
+    output bundle has an ``image/png`` next to the widget view (``ddp_helpers.viz.figures.figure_box``
+    stores one on every redraw), the view is dropped and a caption follows the picture; the notebook's
+    widget state goes too once no widget view is left.
+    """
+    for cell in nb.cells:
+        outputs = []
+        for output in cell.get("outputs", []):
+            outputs.append(output)
+            data = output.get("data", {})
+            if WIDGET_VIEW in data and "image/png" in data:
+                del data[WIDGET_VIEW]
+                name = data.get("text/plain", "").partition(" (a widget)")[0].strip() or "A widget"
+                caption = (f'<p class="widget-caption" style="font-family: sans-serif; font-style: italic; '
+                           f'margin: .2em 0 .6em">{html.escape(name)}: a picture here, '
+                           f'{WIDGET_CAPTION} (run the notebook to use it).</p>')
+                outputs.append(nbformat.v4.new_output("display_data", data={
+                    "text/html": caption, "text/plain": f"{name}: {WIDGET_CAPTION}"}))
+        if cell.cell_type == "code":
+            cell.outputs = outputs
+    if not widget_views(nb):
+        nb.metadata.pop("widgets", None)
+    return nb
+
+
+# --- the slides' copy: a slide per ``## `` heading, sub-slides of about one screen ----------------
+# Heights are estimated in reveal.js's slide pixels (960 x 700, before scaling) for the CSS of
+# handout_templates/handout_slides; tests/browser/test_handout_slides.py measures the real ones.
+
+SLIDE_BUDGET = 600          # estimated content height of one (sub-)slide, px
+LONG_INPUT = 15             # code cells of more lines are shortened to their first lines ...
+SHOWN_INPUT, SHOWN_SCRIPT = 12, 4  # ... and a pointer to the notebook; a %%writefile script to its head
+LONG_OUTPUT, SHOWN_OUTPUT = 14, 10  # the same for long text outputs
+CODE_LINE, CODE_CHARS = 21, 88      # px per code line, characters per line before it wraps
+TEXT_LINE, TEXT_CHARS = 31, 95      # the same for markdown text
+OUTPUT_LINE, OUTPUT_CHARS = 19, 96  # text outputs
+IMAGE_WIDTH, IMAGE_HEIGHT = 900, 440  # the largest picture a slide shows (CSS max-height)
+FENCE = re.compile(r"^\s*(```|~~~)")
+OUTPUTS_TAG = "slide-outputs"  # a code cell's outputs that go on in the next sub-slide, its input hidden
+
+
+def markdown_blocks(source: str) -> list[str]:
+    """The markdown split at blank lines, a fenced code block kept whole."""
+    blocks, current, fenced = [], [], False
+    for line in source.splitlines():
+        if FENCE.match(line):
+            fenced = not fenced
+        if not line.strip() and not fenced:
+            if current:
+                blocks.append("\n".join(current))
+            current = []
+        else:
+            current.append(line)
+    if current:
+        blocks.append("\n".join(current))
+    return blocks
+
+
+def split_at_headings(source: str) -> list[str]:
+    """The markdown cut before every ``## `` line that is not inside a fenced code block."""
+    parts, current, fenced = [], [], False
+    for line in source.splitlines():
+        if FENCE.match(line):
+            fenced = not fenced
+        if line.startswith("## ") and not fenced and any(x.strip() for x in current):
+            parts.append("\n".join(current).strip("\n"))
+            current = []
+        current.append(line)
+    parts.append("\n".join(current).strip("\n"))
+    return [p for p in parts if p.strip()]
+
+
+def is_section(cell) -> bool:
+    return cell.cell_type == "markdown" and cell.source.startswith("## ")
+
+
+def wrapped(lines: list[str], width: int) -> int:
+    return sum(max(1, -(-len(line) // width)) for line in lines)
+
+
+def markdown_height(source: str) -> int:
+    height, fenced = 0, False
+    for block in markdown_blocks(source):
+        for line in block.splitlines():
+            if FENCE.match(line):
+                fenced = not fenced
+                height += 8
+            elif fenced:
+                height += CODE_LINE
+            elif line.startswith("# "):
+                height += 20 + 70 * wrapped([line], 30)
+            elif line.startswith("## "):
+                height += 20 + 45 * wrapped([line], 45)
+            elif line.startswith("#"):
+                height += 12 + 36 * wrapped([line], 60)
+            elif line.startswith("|"):
+                height += 10 + TEXT_LINE * wrapped([line], 2 * TEXT_CHARS)
+            else:
+                height += TEXT_LINE * wrapped([line], TEXT_CHARS)
+            height += 200 * len(re.findall(r"!\[[^\]]*\]\(", line))
+        height += 18 + 30 * block.startswith(">")  # between paragraphs; a quote's padding
+    return height
+
+
+def png_size(data: str) -> tuple[int, int]:
+    head = base64.b64decode(data[:44])
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
+def output_height(output) -> int:
+    data = output.get("data", {})
+    if "image/png" in data:
+        w, h = png_size(data["image/png"])
+        return 12 + min(IMAGE_HEIGHT, h * min(1, IMAGE_WIDTH / max(w, 1)))
+    if "text/html" in data:
+        text = data["text/html"]
+        return 16 + TEXT_LINE * max(1, text.count("<tr"), len(re.sub(r"<[^>]+>", "", text)) // TEXT_CHARS)
+    text = output.get("text") or data.get("text/plain") or "\n".join(output.get("traceback", []))
+    return 12 + OUTPUT_LINE * wrapped(str(text).splitlines() or [""], OUTPUT_CHARS)
+
+
+def cell_height(cell) -> int:
+    if cell.cell_type == "markdown":
+        return markdown_height(cell.source)
+    inputs = 30 + CODE_LINE * wrapped(cell.source.splitlines() or [""], CODE_CHARS)
+    return 10 + inputs + sum(output_height(o) for o in cell.get("outputs", []))
+
+
+def shortened(lines: list[str], shown: int, what: str, name: str) -> list[str]:
+    return [*lines[:shown], f"{what} … {len(lines) - shown} more lines: the whole cell is in {name}"]
+
+
+def slide_cells(nb, name: str) -> list:
+    """The cells of the slides' copy: markdown cut at every ``## `` heading and, where a block of text is
+    taller than a slide, between its paragraphs; long code cells and long text outputs shortened."""
+    cells = []
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and NAV_TAG not in tags(cell):
+            parts = []
+            for part in split_at_headings(cell.source):
+                chunk = []
+                for block in markdown_blocks(part):
+                    if chunk and markdown_height("\n\n".join([*chunk, block])) > SLIDE_BUDGET:
+                        parts.append("\n\n".join(chunk))
+                        chunk = []
+                    chunk.append(block)
+                parts.append("\n\n".join(chunk))
+            for k, part in enumerate(parts):
+                piece = copy.deepcopy(cell)
+                piece.source = part
+                if k:
+                    piece.id = hashlib.sha1(f"{cell.id}-part-{k}".encode()).hexdigest()[:8]
+                cells.append(piece)
+            continue
+        if cell.cell_type == "code":
+            cell = shorten_cell(cell, name)
+            if cell_height(cell) > SLIDE_BUDGET and cell.outputs:
+                cells += split_outputs(cell)
+                continue
+        cells.append(cell)
+    return cells
+
+
+def split_outputs(cell) -> list:
+    """A code cell taller than a slide as the cell with the outputs that fit, then a cell per slide of the
+    rest of its outputs (tagged ``OUTPUTS_TAG``: the slides' CSS hides its input)."""
+    outputs, cell.outputs = cell.outputs, []
+    parts = [cell]
+    for output in outputs:
+        if parts[-1].outputs and cell_height(parts[-1]) + output_height(output) > SLIDE_BUDGET:
+            rest = copy.deepcopy(cell)
+            rest.outputs = []
+            rest.metadata["tags"] = [*tags(cell), OUTPUTS_TAG]
+            rest.id = hashlib.sha1(f"{cell.id}-outputs-{len(parts)}".encode()).hexdigest()[:8]
+            parts.append(rest)
+        parts[-1].outputs.append(output)
+    return parts
+
+
+def shorten_cell(cell, name: str):
+    """A long input or text output cut to its first lines and a line that says where the rest is."""
+    lines = cell.source.splitlines()
+    shown = SHOWN_SCRIPT if lines and lines[0].startswith("%%writefile") else SHOWN_INPUT
+    if len(lines) > max(shown + 1, LONG_INPUT if shown == SHOWN_INPUT else 0):
+        cell.source = "\n".join(shortened(lines, shown, "#", name))
+    for output in cell.get("outputs", []):
+        text = output.get("text")
+        if isinstance(text, str) and len(text.splitlines()) > LONG_OUTPUT:
+            output.text = "\n".join(shortened(text.splitlines(), SHOWN_OUTPUT, "", name)).lstrip() + "\n"
+    return cell
+
+
+def with_slide_metadata(nb, name: str = "the notebook", split: bool = True):
+    """reveal.js metadata on every cell: the title cell and each ``## `` heading start a slide.
+
+    With ``split`` (the handouts), headings are found wherever they stand in a markdown cell, long inputs
+    and outputs are shortened (see ``slide_cells``), and a section taller than one screen goes on in
+    sub-slides (reveal.js vertical slides) of at most ``SLIDE_BUDGET`` estimated pixels each.
+    """
+    if not split:
+        for i, cell in enumerate(nb.cells):
+            starts = i == 0 or cell is title_cell(nb) or is_section(cell)
+            cell.metadata["slideshow"] = {"slide_type": "slide" if starts else "-"}
+        return nb
+    nb.cells = slide_cells(nb, name)
+    title, used = title_cell(nb), 0
     for i, cell in enumerate(nb.cells):
-        starts = i == 0 or cell is title_cell(nb) or (
-            cell.cell_type == "markdown" and cell.source.startswith("## "))
-        cell.metadata["slideshow"] = {"slide_type": "slide" if starts else "-"}
+        height = cell_height(cell) if NAV_TAG not in tags(cell) else 0
+        if i == 0 or cell is title or is_section(cell):
+            kind, used = "slide", height
+        elif used and used + height > SLIDE_BUDGET:
+            kind, used = "subslide", height
+        else:
+            kind, used = "-", used + height
+        cell.metadata["slideshow"] = {"slide_type": kind}
     return nb
 
 
@@ -195,12 +413,12 @@ def exporter(kind: str, edition: str):
     return HTMLExporter(template_name="handout", **common)
 
 
-def render(path: Path, out: Path, edition: str, kind: str = "html") -> Path:
+def render(path: Path, out: Path, edition: str, kind: str = "html", split: bool = True) -> Path:
     suffix = ".slides.html" if kind == "slides" else ".html"
     nb = nbformat.read(path, as_version=4)
     nb = handout_copy(student_cells(nb) if edition == "student" else nb, suffix)
     if kind == "slides":
-        nb = with_slide_metadata(nb)
+        nb = with_slide_metadata(nb, path.name, split=split)
     body, _ = exporter(kind, edition).from_notebook_node(nb, resources={"metadata": {"name": path.stem}})
     if edition == "instructor" and kind == "html":
         body = re.sub(r"(<main>|<body[^>]*>)", lambda m: m[1] + INSTRUCTOR_BANNER, body, count=1)
@@ -285,7 +503,7 @@ def wait_rendered(page, widget_views: int):
 
 
 def widget_views(nb) -> int:
-    return sum("application/vnd.jupyter.widget-view+json" in o.get("data", {})
+    return sum(WIDGET_VIEW in o.get("data", {})
                for c in nb.cells for o in c.get("outputs", []))
 
 
@@ -348,26 +566,28 @@ def write_index(out: Path, slides: bool, pdf: bool = False, paths: list[Path] | 
 
 # --- the whole build -------------------------------------------------------------------------
 
-def _pages_of(job: tuple[Path, Path, bool]) -> tuple[list[Path], int, list[Path]]:
+def _pages_of(job: tuple[Path, Path, bool, bool]) -> tuple[list[Path], int, list[Path]]:
     """One notebook's HTML editions, its number of widget views, and its slides (if asked for)."""
-    path, out, slides = job
-    views = widget_views(nbformat.read(path, as_version=4))
+    path, out, slides, split = job
+    views = widget_views(handout_copy(nbformat.read(path, as_version=4), ".html"))
     pages = [render(path, out, edition) for edition in EDITIONS]
-    return pages, views, [render(path, out, "instructor", kind="slides")] if slides else []
+    return pages, views, [render(path, out, "instructor", "slides", split)] if slides else []
 
 
 def build(out: Path, slides: bool = False, pdf: bool = False, only: list[Path] | None = None,
-          assets: bool = True) -> list[Path]:
+          assets: bool = True, split_slides: bool = True) -> list[Path]:
     """Every edition of every notebook (or of those in ``only``), the index and the instructor page.
 
     ``assets=False`` leaves out the browser libraries (and so the npm install): pages to read as text.
+    ``split_slides=False`` makes the slides as they were before sub-slides: one slide per cell that starts
+    with ``## `` and every cell whole (to show what tests/browser/test_handout_slides.py measures).
     """
     written, to_print, paths = [copy_assets(out)] if assets or pdf else [], [], only or notebooks()
     # The pages of one notebook per process (nbconvert is single-threaded; each page is a file of its
     # own); spawn, not fork: the caller (a test run, a kernel) may have threads. The student notebooks
     # share copied folders, so they are written here, one after another.
     workers = min(len(paths), os.cpu_count() or 1)
-    jobs = [(path, out, slides) for path in paths]
+    jobs = [(path, out, slides, split_slides) for path in paths]
     if workers > 1:
         with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
             results = list(pool.map(_pages_of, jobs))
@@ -398,8 +618,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "handouts")
     parser.add_argument("--slides", action="store_true", help="also reveal.js slides per notebook")
     parser.add_argument("--pdf", action="store_true", help="also A4 PDFs of both editions (headless Chromium)")
+    parser.add_argument("--no-slide-split", dest="split", action="store_false",
+                        help="slides as before: a slide per cell starting with '## ', no sub-slides")
     args = parser.parse_args(argv)
-    written = build(args.out, args.slides, args.pdf)
+    written = build(args.out, args.slides, args.pdf, split_slides=args.split)
     shown = args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out
     print(f"wrote {len(written)} files under {shown}\n{summary(args.out)}")
     return 0

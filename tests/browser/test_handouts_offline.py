@@ -3,7 +3,8 @@
 Builds the handouts of three notebooks (text only, widgets, figures) into a temporary folder with
 tools/handouts.py, PDFs and slides included, then opens every page with each non-file request
 aborted and recorded: a page that asks for the network, fails to load one of its files, or throws
-a script error fails. The slides must run (reveal.js ready, one slide per ``##`` section, the arrow
+a script error fails. A widget shows as its stored picture, captioned "interactive in JupyterLab".
+The slides must run (reveal.js ready, one slide per ``##`` section, the arrow
 key moves on), and each PDF is opened with pdf.js (a pinned npm package, loaded from file): A4
 pages, the notebook's title, every figure painted, code lines inside the page. Screenshots go to
 build/browser/.
@@ -56,6 +57,13 @@ def offline(browser, path, **kw):
 
 
 def widget_views(page):
+    """The widget views a page draws: none, each widget of the handouts is its stored picture."""
+    stem = page.name.split(".")[0]
+    nb = handouts.nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4)
+    return handouts.widget_views(handouts.handout_copy(nb, ".html"))
+
+
+def stored_widgets(page):
     stem = page.name.split(".")[0]
     return handouts.widget_views(handouts.nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4))
 
@@ -75,8 +83,17 @@ def test_no_page_asks_the_network(browser, built):
         handouts.wait_rendered(watched.page, views)
         watched.page.wait_for_timeout(500)  # late requests (fonts, lazy scripts) still count
         assert watched.problems() == [], path
-        if views:  # the embedded widget state is drawn by the local html-manager
-            assert watched.page.locator(".jupyter-widgets.widget-slider").count() >= 1
+        assert views == 0
+        if path.parent != built and stored_widgets(path):  # a picture, captioned, and no dead controls
+            assert watched.page.locator(".jupyter-widgets").count() == 0, path
+            caption = watched.page.locator(".widget-caption")
+            assert caption.count() == stored_widgets(path) and "interactive in JupyterLab" in caption.first.inner_text()
+            picture = caption.first.locator("xpath=preceding::img[1]")
+            assert picture.evaluate("img => img.naturalWidth") > 100, path
+            if path.parent.name == "student" and path.name.startswith("01"):
+                SHOTS.mkdir(parents=True, exist_ok=True)
+                caption.first.scroll_into_view_if_needed()
+                watched.page.screenshot(path=str(SHOTS / "handout_widget_picture_01.png"))
         watched.page.close()
 
 
@@ -89,8 +106,14 @@ def test_titles_are_the_notebook_titles(browser, built):
 
 
 def section_count(stem):
-    cells = [c for c in notebook(stem)["cells"] if "nav" not in c["metadata"].get("tags", [])]
-    return 1 + sum(c["cell_type"] == "markdown" and "".join(c["source"]).startswith("## ") for c in cells)
+    """The title and every ``## `` heading, wherever it stands in a markdown cell (fenced code aside)."""
+    count = 1
+    for cell in notebook(stem)["cells"]:
+        fenced = False
+        for line in "".join(cell["source"]).splitlines() if cell["cell_type"] == "markdown" else []:
+            fenced ^= line.lstrip().startswith("```")
+            count += line.startswith("## ") and not fenced and "nav" not in cell["metadata"].get("tags", [])
+    return count
 
 
 def test_slides_run_offline(browser, built):

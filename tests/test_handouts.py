@@ -21,6 +21,7 @@ import handouts  # noqa: E402
 import instructor_page  # noqa: E402
 import notebook_pages  # noqa: E402
 import notebook_times  # noqa: E402
+import slide_copy  # noqa: E402
 
 NOTEBOOKS = handouts.notebooks()
 
@@ -227,8 +228,8 @@ def test_one_slide_per_section(built, notebook):
     for cell in copy.cells:
         lines = cell.source.splitlines()
         if cell.cell_type == "code" and lines:
-            assert len(lines) <= handouts.LONG_INPUT, (notebook.name, lines[0])
-            if lines[0].startswith("%%writefile") and len(lines) > handouts.SHOWN_SCRIPT + 1:
+            assert len(lines) <= slide_copy.LONG_INPUT, (notebook.name, lines[0])
+            if lines[0].startswith("%%writefile") and len(lines) > slide_copy.SHOWN_SCRIPT + 1:
                 pytest.fail(f"{notebook.name}: a whole script on a slide: {lines[0]}")
             if "more lines: the whole cell is in" in lines[-1]:
                 assert notebook.name in lines[-1]
@@ -251,7 +252,7 @@ def test_slides_split_headings_inside_cells_and_tall_sections():
     assert kinds.count("slide") == 3 and kinds.count("subslide") >= 2
     assert kinds[sources.index("## 2. Second")] == "slide"
     shortened = [s for s in sources if "more lines: the whole cell is in 99_t.ipynb" in s]
-    assert len(shortened) == 2 and all(len(s.splitlines()) <= handouts.LONG_INPUT for s in shortened)
+    assert len(shortened) == 2 and all(len(s.splitlines()) <= slide_copy.LONG_INPUT for s in shortened)
     old = handouts.with_slide_metadata(handouts.handout_copy(nb, ".slides.html"), split=False)
     assert [c.metadata.slideshow.slide_type for c in old.cells].count("slide") == 2  # the 1st ## missed
     assert long_code in [c.source for c in old.cells]

@@ -47,6 +47,36 @@ def markdown_blocks(source: str) -> list[str]:
     return blocks
 
 
+LIST_ITEM = re.compile(r"^(?:[-*+]|\d+\.) ")
+
+
+def split_tall_block(block: str) -> list[str]:
+    """A table or a list taller than a slide, cut between its rows (the header repeated) or its items;
+    any other block whole."""
+    if markdown_height(block) <= SLIDE_BUDGET:
+        return [block]
+    lines = block.splitlines()
+    if len(lines) > 3 and all(line.startswith("|") for line in lines):
+        head, groups = lines[:2], [[row] for row in lines[2:]]
+    else:
+        groups = []
+        for line in lines:
+            if LIST_ITEM.match(line) or not groups:
+                groups.append([line])
+            else:
+                groups[-1].append(line)  # an item's continuation lines stay with it
+        head = []
+        if len(groups) < 2 or not LIST_ITEM.match(lines[0]):
+            return [block]
+    pieces, current = [], []
+    for group in groups:
+        if current and markdown_height("\n".join(head + current + group)) > SLIDE_BUDGET:
+            pieces.append("\n".join(head + current))
+            current = []
+        current += group
+    return pieces + ["\n".join(head + current)]
+
+
 def split_at_headings(source: str) -> list[str]:
     """The markdown cut before every ``## `` line that is not inside a fenced code block."""
     parts, current, fenced = [], [], False
@@ -85,7 +115,7 @@ def markdown_height(source: str) -> int:
             elif line.startswith("#"):
                 height += 12 + 36 * wrapped([line], 60)
             elif line.startswith("|"):
-                height += 10 + TEXT_LINE * wrapped([line], 2 * TEXT_CHARS)
+                height += 10 + TEXT_LINE * wrapped([line], TEXT_CHARS)  # long cells wrap inside narrow columns
             else:
                 height += TEXT_LINE * wrapped([line], TEXT_CHARS)
             height += 200 * len(re.findall(r"!\[[^\]]*\]\(", line))
@@ -130,7 +160,7 @@ def slide_cells(nb, name: str) -> list:
             parts = []
             for part in split_at_headings(cell.source):
                 chunk = []
-                for block in markdown_blocks(part):
+                for block in (piece for raw in markdown_blocks(part) for piece in split_tall_block(raw)):
                     if chunk and markdown_height("\n\n".join([*chunk, block])) > SLIDE_BUDGET:
                         parts.append("\n\n".join(chunk))
                         chunk = []

@@ -20,10 +20,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 import handouts  # noqa: E402
 
+from ddp_helpers.series import notebooks  # noqa: E402
+
 SHOTS = ROOT / "build" / "browser"
 SLIDE_HEIGHT = 700  # nbconvert's reveal.js slide
 LIMIT = SLIDE_HEIGHT * 1.1
-DECKS = ["01_collectives_and_ring_allreduce", "02_samplers"]
+DECKS = [p.stem for p in notebooks()]  # every deck of the series
+OLD_LAYOUT_DECK = "02_samplers"
 
 # Every slide, as (horizontal, vertical) indices: a slide without sub-slides is its own only sub-slide.
 SLIDES = """() => Array.from(document.querySelectorAll('.reveal .slides > section')).flatMap((h, i) =>
@@ -40,7 +43,7 @@ def decks(tmp_path_factory):
     for split in (True, False):
         out = tmp_path_factory.mktemp("split" if split else "whole")
         handouts.copy_assets(out)
-        for stem in DECKS:
+        for stem in DECKS if split else [OLD_LAYOUT_DECK]:  # the old layout: one deck shows the failure
             built[stem, split] = handouts.render(ROOT / "notebooks" / f"{stem}.ipynb", out, "instructor",
                                                  "slides", split)
     return built
@@ -75,7 +78,14 @@ def heights(browser, deck: Path, shot: Path | None = None) -> tuple[list, dict]:
     return found, first
 
 
-@pytest.mark.parametrize("stem", DECKS)
+# Measured and not yet fixed: one code cell each, taller than a slide with its output (812 and 817 px);
+# strict, so the test says so when a change fixes them.
+KNOWN_OVERFLOW = {"03_launching": "the SHORT = {...} cell with its 11-line output, 812 px",
+                  "10_performance": "the alpha-beta fit's plotting cell with its figure, 817 px"}
+
+
+@pytest.mark.parametrize("stem", [pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=KNOWN_OVERFLOW[s]))
+                                  if s in KNOWN_OVERFLOW else s for s in DECKS])
 def test_no_slide_overflows(browser, decks, stem):
     SHOTS.mkdir(parents=True, exist_ok=True)
     found, first = heights(browser, decks[stem, True], SHOTS / f"handout_slide_{stem[:2]}_3.png")
@@ -88,6 +98,6 @@ def test_no_slide_overflows(browser, decks, stem):
 
 def test_the_old_slides_overflow(browser, decks):
     """The same measurement on deck 02 built without the splitting: it must find overflowing slides."""
-    found, first = heights(browser, decks["02_samplers", False])
+    found, first = heights(browser, decks[OLD_LAYOUT_DECK, False])
     over = [h for _, h in found if h > LIMIT]
     assert len(over) >= len(found) // 2, found

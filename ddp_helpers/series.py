@@ -13,6 +13,7 @@ virtual environment exists::
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
@@ -43,21 +44,25 @@ def _text(source: str | Sequence[str]) -> str:
     return source if isinstance(source, str) else "".join(source)
 
 
-def title_of(notebook: Mapping[str, Any] | Path) -> str:
-    """The notebook's title: the first line of its first markdown cell that opens with ``# ``.
-
-    Takes a path, a notebook read by nbformat or the notebook's JSON; navigation cells never count.
-    """
-    if isinstance(notebook, Path):
-        import json
-
-        notebook = json.loads(notebook.read_text())
+def title_cell(notebook: Mapping[str, Any]) -> Any:
+    """The notebook's title cell: its first markdown cell that opens with ``# `` (navigation cells never
+    count), or None. Takes a notebook read by nbformat or the notebook's JSON; returns that cell."""
     for cell in notebook["cells"]:
-        text = _text(cell["source"])
         if cell["cell_type"] == "markdown" and NAV_TAG not in cell.get("metadata", {}).get("tags", []) \
-                and text.startswith("# "):
-            return text.splitlines()[0][2:].strip()
-    raise ValueError("the notebook has no markdown cell opening with '# Title'")
+                and _text(cell["source"]).startswith("# "):
+            return cell
+    return None
+
+
+def title_of(notebook: Mapping[str, Any] | Path) -> str:
+    """The notebook's title: the first line of :func:`title_cell`. Takes a path, a notebook read by
+    nbformat or the notebook's JSON."""
+    if isinstance(notebook, Path):
+        notebook = json.loads(notebook.read_text())
+    cell = title_cell(notebook)
+    if cell is None:
+        raise ValueError("the notebook has no markdown cell opening with '# Title'")
+    return _text(cell["source"]).splitlines()[0][2:].strip()
 
 
 WRITEFILE = re.compile(r"%%writefile (\S+)\n")
@@ -66,8 +71,6 @@ WRITEFILE = re.compile(r"%%writefile (\S+)\n")
 def worker_scripts(root: Path = ROOT) -> dict[str, str]:
     """What the notebooks' ``%%writefile`` cells write: {path relative to notebooks/: text}, the cells
     taken in the series' order, so a later cell that writes the same file wins, as in a run."""
-    import json
-
     files: dict[str, str] = {}
     for path in notebooks(root):
         for cell in json.loads(path.read_text())["cells"]:

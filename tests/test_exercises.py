@@ -80,13 +80,13 @@ def test_starter_ellipsis_fails_first_with_a_hint(exid):
 
 
 def test_ids_cover_every_notebook_exercise():
-    assert len(exercises.exercise_ids()) == 44
-    assert {i.split(".")[0] for i in exercises.exercise_ids()} == {f"{n:02d}" for n in range(13)}
+    assert len(exercises.exercise_ids()) == 49
+    assert {i.split(".")[0] for i in exercises.exercise_ids()} == {f"{n:02d}" for n in range(15)}
 
 
 def test_success_prints_one_line(capsys):
     exercises.check_10_3(crossover=2e-5 / 1e-10, alpha=2e-5, beta=1e-10)
-    assert capsys.readouterr().out == "Exercise 10.3: correct\n"
+    assert capsys.readouterr().out == "✓ Exercise 10.3: correct\n"
 
 
 def test_ipython_shows_only_the_message():

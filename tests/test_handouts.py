@@ -9,11 +9,13 @@ import json
 import os
 import re
 import sys
+import urllib.parse
 from html.parser import HTMLParser
 from pathlib import Path
 
 import nbformat
 import pytest
+from nbconvert.filters.highlight import Highlight2HTML
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
@@ -22,6 +24,7 @@ import instructor_page  # noqa: E402
 import notebook_pages  # noqa: E402
 import notebook_times  # noqa: E402
 import slide_copy  # noqa: E402
+from notebook_pages import with_exercise_links  # noqa: E402
 
 NOTEBOOKS = handouts.notebooks()
 
@@ -48,15 +51,15 @@ def tagged(path, tag):
 
 def pages(built):
     for path in NOTEBOOKS:
-        yield path, built / "student" / f"{path.stem}.html"
-        yield path, built / "instructor" / f"{path.stem}.html"
+        yield path, built / handouts.page_path(path.stem, "student")
+        yield path, built / handouts.page_path(path.stem, "instructor")
         yield path, built / "slides" / f"{path.stem}.slides.html"
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
 def test_editions(built, notebook):
-    student = (built / "student" / f"{notebook.stem}.html").read_text()
-    instructor = (built / "instructor" / f"{notebook.stem}.html").read_text()
+    student = (built / handouts.page_path(notebook.stem, "student")).read_text()
+    instructor = (built / handouts.page_path(notebook.stem, "instructor")).read_text()
     solutions, exercises = tagged(notebook, "solution"), tagged(notebook, "exercise")
     assert solutions and exercises, "the handouts rely on the solution/exercise tags"
     # nbconvert marks each cell with a celltag_<tag> class
@@ -88,7 +91,7 @@ def test_check_cells_follow_the_solutions(notebook):
         assert check.metadata["exercise"]["id"] == f"{notebook.name[:2]}.{k}"
         assert f"exercises.check_{notebook.name[:2]}_{k}(" in check.source
         assert check.metadata["exercise"]["starter"] and all("..." in s for s in check.metadata["exercise"]["starter"])
-        assert check.outputs and check.outputs[-1]["text"] == f"Exercise {notebook.name[:2]}.{k}: correct\n"
+        assert check.outputs and check.outputs[-1]["text"] == f"✓ Exercise {notebook.name[:2]}.{k}: correct\n"
     assert len(checks) == len(starts)
 
 
@@ -116,10 +119,14 @@ def test_student_notebooks(built, notebook):
     # paths that leave notebooks/ point at the repository from the student folder
     text = "\n".join(c.source for c in student.cells)
     assert not re.search(r"""["'(]\.\./(data|cluster|README\.md)""", text)
-    original = "\n".join(c.source for c in nbformat.read(notebook, as_version=4).cells)
     up = os.path.relpath(ROOT, folder) if folder.resolve().is_relative_to(ROOT) else str(ROOT)
-    for name in set(re.findall(r"""["'(]\.\./(data|cluster|README\.md)""", original)):
+    for name in set(re.findall(r"""["'(]\.\./(data|cluster|README\.md)""", "\n".join(
+            c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "code"))):
         assert f"{up}/{name}" in text and (folder / up / name).resolve() == (ROOT / name).resolve()
+    # markdown links stay inside the folder: the contents page beside the notebooks, the other notebooks
+    links = re.findall(r"\]\(([^)#\s]+)", "\n".join(c.source for c in student.cells if c.cell_type == "markdown"))
+    assert "README.md" in links and (folder / "README.md").exists()
+    assert all(not link.startswith("../") for link in links if "://" not in link), links
     for name in ("scripts", "runs", "walkthrough"):
         assert (folder / name).is_dir()
 
@@ -127,7 +134,7 @@ def test_student_notebooks(built, notebook):
 def test_student_cells_put_starters_in_place_of_solutions():
     check = nbformat.v4.new_code_cell("exercises.check_99_1(a=a)", metadata={
         "tags": ["check"], "exercise": {"id": "99.1", "starter": ["a = ...", "b = ..."]}})
-    check.outputs = [nbformat.v4.new_output("stream", text="Exercise 99.1: correct\n")]
+    check.outputs = [nbformat.v4.new_output("stream", text="✓ Exercise 99.1: correct\n")]
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell("**Exercise 1.**", metadata={"tags": ["exercise"]}),
         nbformat.v4.new_code_cell("a = 1", metadata={"tags": ["solution"]}),
@@ -176,8 +183,9 @@ def test_pages_load_only_their_assets(built):
         urls = [u for u in parser.urls if not u.startswith("data:")]
         assert urls, page
         for url in urls:
-            assert url.startswith("../assets/"), (page.name, url)
-            local = url.removeprefix("../assets/").split("?")[0]
+            prefix = "../assets/" if page.parent.name == "slides" else "../../assets/"
+            assert url.startswith(prefix), (page.name, url)
+            local = url.removeprefix(prefix).split("?")[0]
             assert any(local == s or local.startswith(s + "/") for s in shipped), (page.name, url)
 
 
@@ -275,7 +283,7 @@ def test_widgets_are_pictures_in_handouts(built, notebook):
     views = [o for c in raw["cells"] for o in c.get("outputs", [])
              if "application/vnd.jupyter.widget-view+json" in o.get("data", {})]
     assert views and all("image/png" in o["data"] for o in views), "each widget stores its picture"
-    for page in (built / "student" / f"{notebook.stem}.html", built / "instructor" / f"{notebook.stem}.html",
+    for page in (built / handouts.page_path(notebook.stem, "student"), built / handouts.page_path(notebook.stem, "instructor"),
                  built / "slides" / f"{notebook.stem}.slides.html"):
         text = page.read_text()
         assert "application/vnd.jupyter.widget-view+json" not in text, page
@@ -298,7 +306,7 @@ def test_index_renders_markdown(built):
         name = heading(notebook).partition(" · ")[2]
         rendered = re.sub(r"`([^`]+)`", r"<code>\1</code>", html.escape(name, quote=False))
         assert rendered in index
-        for link in (f"student/{notebook.stem}.html", f"instructor/{notebook.stem}.html",
+        for link in (handouts.page_path(notebook.stem, "student"), handouts.page_path(notebook.stem, "instructor"),
                      f"slides/{notebook.stem}.slides.html"):
             assert f'href="{link}"' in index and (built / link).exists()
 
@@ -493,8 +501,8 @@ def test_notebook_table(built):
 def test_banner_on_every_instructor_page(built):
     check_banner((built / "instructor.html").read_text())
     for path in NOTEBOOKS:
-        check_banner((built / "instructor" / f"{path.stem}.html").read_text())
-        assert BANNER not in (built / "student" / f"{path.stem}.html").read_text()
+        check_banner((built / handouts.page_path(path.stem, "instructor")).read_text())
+        assert BANNER not in (built / handouts.page_path(path.stem, "student")).read_text()
 
 
 def test_setup_checklist_and_machine_check(built):
@@ -590,3 +598,63 @@ def test_table_and_banner_checks_fail_on_a_wrong_page(built):
     longer = core[:first.start(1)] + str(int(first[1]) + 60) + core[first.end(1):]
     with pytest.raises(AssertionError):  # the first notebook runs an hour longer: the day no longer fits
         check_core_day(page.replace(core, longer))
+
+
+# --- print rules and the student flow, on small examples ------------------------------------------
+
+def test_hanging_lines_mark_each_code_line_with_its_indentation():
+    highlighted = Highlight2HTML(pygments_lexer="ipython3")(
+        'def f(x):\n    """doc\n    more"""\n\n    return x  # <why>\n', "ipython3")
+    out = handouts.hanging_lines(highlighted)
+    lines = re.findall(r'<span class="code-line" style="--i:(\d+)">(.*?)\n</span>', out, re.DOTALL)
+    assert [int(k) for k, _ in lines] == [0, 4, 4, 0, 4]
+    assert html.unescape(re.sub(r"<[^>]+>", "", "\n".join(t for _, t in lines))).endswith("return x  # <why>")
+
+
+def test_exercise_links_go_both_ways():
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    nb = nbformat.v4.new_notebook(cells=[
+        md("# 99 · T"), md("## 1. Ranks and `world_size`"), code("world_size = 2"),
+        md("callout\n\n## 2. Buckets"), code("cap = 25"), md("## Exercises"),
+        md("**Exercise 1.** What is `cap` in MiB?", metadata={"tags": ["exercise"]}),
+        code("exercises.check_99_1(cap=cap)", metadata={"tags": ["check"], "exercise": {"id": "99.1"}}),
+        md("**Exercise 2.** Count `world_size`.", metadata={"tags": ["exercise"]}),
+        md("**Exercise 3.** Redo section 1 by hand.", metadata={"tags": ["exercise"], "exercise": {"section": "2"}})])
+    linked = with_exercise_links(nb, "99")
+    text = [c.source for c in linked.cells]
+    assert len(linked.cells) == len(nb.cells) + 6 and len(nb.cells) == 10  # the original is left alone
+    down = [t for t in text if t.startswith("**Practise this now:**")]
+    assert [re.search(r"\(#([^)]+)\)", t)[1] for t in down] == ["Exercise-99.2", "Exercise-99.1", "Exercise-99.3"]
+    assert text.index(down[0]) < text.index("callout\n\n## 2. Buckets") < text.index(down[1])
+    assert "#### Exercise 99.1\n\n[↑ back to section 2, Buckets](#2.-Buckets)" in text
+    assert "#### Exercise 99.2\n\n[↑ back to section 1, Ranks and `world_size`](#1.-Ranks-and-world_size)" in text
+    assert "#### Exercise 99.3\n\n[↑ back to section 2, Buckets](#2.-Buckets)" in text
+
+
+def test_a_tall_callout_with_a_list_is_cut_between_its_items():
+    item = "> - *Item.* " + "words " * 60 + "\n>   more words.\n"
+    block = "> **On GPUs.** Several things change:\n" + item * 6
+    pieces = slide_copy.split_tall_block(block.rstrip("\n"))
+    assert len(pieces) > 1 and all(p.startswith("> ") for p in pieces)
+    assert all(slide_copy.markdown_height(p) <= slide_copy.SLIDE_BUDGET for p in pieces)
+    assert "\n".join(pieces) == block.rstrip("\n")  # nothing lost, nothing added
+    assert pieces[0].startswith("> **On GPUs.**") and all(p.startswith("> - *Item.*") for p in pieces[1:])
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_exercise_is_linked_from_its_section_and_back(built, notebook):
+    """In both HTML editions each exercise has a heading that a section links down to and that links back
+    up; every in-page link of the page lands on an id of the page (what a click in the browser follows)."""
+    for edition in handouts.EDITIONS:
+        page = (built / handouts.page_path(notebook.stem, edition)).read_text()
+        def decoded(found):  # as a browser matches a fragment to an id: percent-decoded
+            return {urllib.parse.unquote(html.unescape(f)) for f in found}
+
+        ids = decoded(re.findall(r' id="([^"]+)"', page))
+        targets = decoded(re.findall(r' href="#([^"]+)"', page))
+        assert targets <= ids, (edition, targets - ids)
+        exercises = tagged(notebook, "exercise")
+        down = re.findall(r'Practise this now:</strong> <a href="#(Exercise-\d\d\.\d+)"', page)
+        up = re.findall(r'href="#(\d+\.-[^"]+)">↑ back to section', page)
+        assert sorted(down) == [f"Exercise-{notebook.name[:2]}.{k}" for k in range(1, exercises + 1)]
+        assert len(up) == exercises

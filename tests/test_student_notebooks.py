@@ -5,7 +5,8 @@ with nbclient in its own kernel, from the folder it was written to, and asserts 
 
 - every starter cell runs without an error, and
 - every check cell right after it raises ``CheckFailed`` whose message names the exercise and has a
-  hint (not a NameError, TypeError or any other crash).
+  hint (not a NameError, TypeError or any other crash), and shows that hint as Markdown above a
+  one-line error (what JupyterLab renders).
 
 To stay fast it does not run the lessons. It runs the lesson code the starters need (found by name:
 each top-level statement of a lesson cell that defines a name a starter, or a statement already chosen,
@@ -151,3 +152,7 @@ def test_unmodified_starters_fail_their_checks_with_a_hint(student_folder, noteb
         assert error is not None, f"exercise {exid}: the unmodified starter passed its check"
         assert error.ename == "CheckFailed", f"exercise {exid}: a crash, not the check: {error.ename}: {error.evalue}"
         assert error.evalue.startswith(f"Exercise {exid}: ") and "\nHint: " in error.evalue, error.evalue
+        # in JupyterLab the hint shows as Markdown (names in backticks as code) above a one-line error
+        shown = [o.data["text/markdown"] for o in cell.outputs if "text/markdown" in o.get("data", {})]
+        assert len(shown) == 1 and shown[0].startswith(f"**✗ Exercise {exid}:**") and "**Hint:**" in shown[0]
+        assert error.traceback == [f"CheckFailed: Exercise {exid} is not correct yet (hint above)."]

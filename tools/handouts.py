@@ -6,10 +6,13 @@ Writes, from the notebooks as committed (nothing is executed):
   student/NN_name.ipynb           the student notebook, to run in JupyterLab from that folder: each
                                   exercise's ``solution`` cells replaced by its starter cells (kept in
                                   the metadata of the exercise's ``check`` cell), the check cell kept,
-                                  exercise outputs cleared; paths to the repository (../data, ../cluster,
-                                  ../README.md) rewritten for the folder, walkthrough/ copied beside it
-  student/NN_name.html (.pdf)     the same cells as the student notebook (starters and checks)
-  instructor/NN_name.html (.pdf)  everything
+                                  exercise outputs cleared; paths to the repository (../data, ../cluster)
+                                  rewritten for the folder, walkthrough/ copied beside it; its links
+                                  (contents: student/README.md, other notebooks, exercises) stay inside
+                                  the folder, so they work wherever it is copied
+  html/student/NN_name.html       the same cells as the student notebook (starters and checks)
+  html/instructor/NN_name.html    everything
+  pdf/student/, pdf/instructor/   (--pdf) the HTML pages printed to A4
   slides/NN_name.slides.html      (--slides) reveal.js, a slide per ``##`` heading (wherever it stands in
                                   a cell), sub-slides of about one screen, long inputs shortened
   index.html                      links to every edition, the titles' markdown rendered
@@ -27,7 +30,9 @@ refused; a page that asks for the network, or fails to load a file, fails the bu
 The handouts are made from in-memory copies: ``# NBVAL_*`` comment lines dropped, the page titled
 with the notebook's ``# NN · Title`` heading, notebook links pointed at the HTML pages, each widget
 shown as its stored picture captioned "interactive in JupyterLab" (the student .ipynb keeps its widgets),
-and, for the slides, reveal.js slide metadata written on every cell.
+and, for the slides, reveal.js slide metadata written on every cell. In the pages and the student
+notebooks each exercise is linked from the end of the section it practises, and links back
+(``notebook_pages.with_exercise_links``).
 """
 
 from __future__ import annotations
@@ -52,12 +57,15 @@ from nbconvert import HTMLExporter, SlidesExporter
 from notebook_pages import (
     CHECK_TAG,
     INSTRUCTOR_BANNER,
+    LINK_TAG,
     SOLUTION_TAG,
     STARTER_TAG,
     cell_text,
     links,
+    page_path,
     plain,
     tags,
+    with_exercise_links,
     write_page,
 )
 from slide_copy import with_slide_metadata
@@ -77,6 +85,8 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-
 REPO_PATH = re.compile(r"""(?<=["'(])\.\./(data|cluster|README\.md|requirements\.txt)\b""")
 COPIED_FOLDERS, EMPTY_FOLDERS = ("walkthrough",), ("scripts", "runs")
 EDITIONS = ("student", "instructor")
+CONTENTS_LINK = "(../README.md#curriculum)"
+NOTEBOOK_LINK = re.compile(r"\((\d\d_\w+)\.ipynb(#[^)\s]*)?\)")  # a link to a notebook of the series
 # On every instructor page (the notebooks' instructor edition and instructor.html).
 WIDGET_VIEW, WIDGET_CAPTION = "application/vnd.jupyter.widget-view+json", "interactive in JupyterLab"
 NBVAL_COMMENT = re.compile(r"^[ \t]*#[ \t]*NBVAL_[A-Z_]+\b.*(?:\n|$)", re.MULTILINE)
@@ -113,14 +123,14 @@ def handout_copy(nb, suffix: str):
     widget shown as its stored picture (``widget_pictures``)."""
     nb = widget_pictures(copy.deepcopy(nb))
     nb.metadata["title"] = plain(title_of(nb))
-    names = [p.name for p in notebooks()]
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.source = NBVAL_COMMENT.sub("", cell.source)
         elif cell.cell_type == "markdown":
-            for name in names:
-                cell.source = cell.source.replace(f"({name})", f"({Path(name).stem}{suffix})")
-            cell.source = cell.source.replace("(../README.md#curriculum)", "(../index.html)")
+            # every notebook of the series, also one linked before it lands (a nav cell's "next")
+            cell.source = NOTEBOOK_LINK.sub(lambda m: f"({m[1]}{suffix}{m[2] or ''})", cell.source)
+            cell.source = cell.source.replace(CONTENTS_LINK, "(../index.html)" if suffix == ".slides.html"
+                                              else "(../../index.html)")
     return nb
 
 
@@ -151,8 +161,11 @@ def student_cells(nb):
 def write_student_notebook(path: Path, folder: Path) -> Path:
     """``folder``/NN_name.ipynb: the student notebook, runnable from ``folder`` (see the module docstring)."""
     nb = student_cells(nbformat.read(path, as_version=4))
+    nb = with_exercise_links(nb, path.name[:2])
     up = os.path.relpath(ROOT, folder) if folder.resolve().is_relative_to(ROOT) else str(ROOT)
     for cell in nb.cells:
+        if cell.cell_type == "markdown":  # links inside the folder: they survive a copy of it
+            cell.source = cell.source.replace(CONTENTS_LINK, "(README.md)")
         cell.source = REPO_PATH.sub(lambda m: f"{up}/{m.group(1)}", cell.source)
         if cell.cell_type == "code":
             cell.source = NBVAL_COMMENT.sub("", cell.source)
@@ -165,6 +178,25 @@ def write_student_notebook(path: Path, folder: Path) -> Path:
         (folder / name).mkdir(exist_ok=True)
     target = folder / path.name
     nbformat.write(nb, target)
+    return target
+
+
+def write_student_contents(folder: Path, paths: list[Path]) -> Path:
+    """``folder``/README.md: the student notebooks' contents page (their "Contents" link), with links
+    to the notebooks beside it only, so it works wherever the folder is copied."""
+    rows = ["| # | notebook |", "|---|---|"]
+    for path in paths:
+        number, _, name = title_of(path).partition(" · ")
+        rows.append(f"| {number} | [{cell_text(name)}]({path.name}) |")
+    text = "\n".join([
+        "# PyTorch DistributedDataParallel, hands-on: the student notebooks", "",
+        "Run them in order, in JupyterLab, from this folder. Each exercise has a starter cell to complete "
+        "and a check cell: it prints a line starting with ✓ when your answer is right, or says what is "
+        "wrong with a hint. Each section that has an exercise links to it, and the exercise links back.", "",
+        *rows, ""])
+    target = folder / "README.md"
+    folder.mkdir(parents=True, exist_ok=True)
+    target.write_text(text, encoding="utf-8")
     return target
 
 
@@ -198,16 +230,40 @@ def widget_pictures(nb):
 
 # --- rendering -------------------------------------------------------------------------------
 
+PRE = re.compile(r"(<pre>)(.*?)(</pre>)", re.DOTALL)
+
+
+def hanging_lines(highlighted: str) -> str:
+    """Each line of highlighted code as ``<span class="code-line" style="--i:K">``, K its indentation.
+
+    Pygments closes its token spans at every line end, so each line is balanced HTML. The handout's CSS
+    turns the spans into blocks whose wrapped continuation hangs right of the indentation, with a marker.
+    """
+    def lines(match):
+        parts = match[2].split("\n")
+        if parts and not parts[-1]:
+            parts.pop()
+        out = []
+        for part in parts:
+            text = html.unescape(re.sub(r"<[^>]*>", "", part)).expandtabs(4)
+            indent = len(text) - len(text.lstrip(" "))
+            out.append(f'<span class="code-line" style="--i:{indent}">{part}\n</span>')
+        return match[1] + "".join(out) + match[3]
+
+    return PRE.sub(lines, highlighted)
+
+
 def exporter(kind: str, edition: str):
     config = Config()
     # nbconvert's own TagRemovePreprocessor drops the solution cells of the student edition
     # and the navigation cells of the slides.
     remove = {SOLUTION_TAG} if edition == "student" else set()
     if kind == "slides":
-        remove |= {NAV_TAG}
+        remove |= {NAV_TAG, LINK_TAG}
     config.TagRemovePreprocessor.enabled = True
     config.TagRemovePreprocessor.remove_cell_tags = remove
-    assets = "../assets"  # every page sits one folder below the handouts' root
+    # the slides sit one folder below the handouts' root, the pages two (html/EDITION/)
+    assets = "../assets" if kind == "slides" else "../../assets"
     common = dict(config=config, extra_template_basedirs=[str(TEMPLATES)],
                   require_js_url=f"{assets}/require.js",
                   mathjax_url=f"{assets}/mathjax/MathJax.js?config=TeX-AMS_CHTML-full,Safe",
@@ -216,7 +272,7 @@ def exporter(kind: str, edition: str):
     if kind == "slides":
         return SlidesExporter(template_name="handout_slides", reveal_url_prefix=f"{assets}/reveal.js",
                               reveal_theme="white", reveal_scroll=True, **common)
-    return HTMLExporter(template_name="handout", **common)
+    return HTMLExporter(template_name="handout", filters={"hanging_lines": hanging_lines}, **common)
 
 
 def render(path: Path, out: Path, edition: str, kind: str = "html", split: bool = True) -> Path:
@@ -225,10 +281,12 @@ def render(path: Path, out: Path, edition: str, kind: str = "html", split: bool 
     nb = handout_copy(student_cells(nb) if edition == "student" else nb, suffix)
     if kind == "slides":
         nb = with_slide_metadata(nb, path.name, split=split)
+    else:
+        nb = with_exercise_links(nb, path.name[:2])
     body, _ = exporter(kind, edition).from_notebook_node(nb, resources={"metadata": {"name": path.stem}})
     if edition == "instructor" and kind == "html":
         body = re.sub(r"(<main>|<body[^>]*>)", lambda m: m[1] + INSTRUCTOR_BANNER, body, count=1)
-    target = out / ("slides" if kind == "slides" else edition) / f"{path.stem}{suffix}"
+    target = out / (f"slides/{path.stem}{suffix}" if kind == "slides" else page_path(path.stem, edition))
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(body, encoding="utf-8")
     return target
@@ -332,7 +390,8 @@ def print_pdfs(pages: list[tuple[Path, int]]) -> list[Path]:
                 wait_rendered(watched.page, views)
                 if watched.problems():
                     raise NetworkRequested(f"{html_page}: " + "; ".join(watched.problems()))
-                target = html_page.with_suffix(".pdf")
+                target = pdf_path(html_page)
+                target.parent.mkdir(parents=True, exist_ok=True)
                 watched.page.pdf(path=str(target), format="A4", print_background=True,
                                  prefer_css_page_size=True)
                 watched.page.close()
@@ -340,6 +399,11 @@ def print_pdfs(pages: list[tuple[Path, int]]) -> list[Path]:
         finally:
             browser.close()
     return written
+
+
+def pdf_path(html_page: Path) -> Path:
+    """html/EDITION/NN.html -> pdf/EDITION/NN.pdf"""
+    return html_page.parent.parent.parent / "pdf" / html_page.parent.name / f"{html_page.stem}.pdf"
 
 
 def pdf_pages(path: Path) -> int:
@@ -402,6 +466,7 @@ def build(out: Path, slides: bool = False, pdf: bool = False, only: list[Path] |
     for path, (pages, views, slide_pages) in zip(paths, results, strict=True):
         written += [*pages, write_student_notebook(path, out / "student"), *slide_pages]
         to_print += [(page, views) for page in pages]
+    written.append(write_student_contents(out / "student", paths))
     if pdf:
         written += print_pdfs(to_print)
     written += [write_index(out, slides, pdf, paths), write_instructor_page(out, paths)]
@@ -410,7 +475,7 @@ def build(out: Path, slides: bool = False, pdf: bool = False, only: list[Path] |
 
 def summary(out: Path) -> str:
     lines = []
-    for folder in (*EDITIONS, "slides", "assets"):
+    for folder in ("html", "pdf", "student", "slides", "assets"):
         files = [f for f in (out / folder).rglob("*") if f.is_file()]
         size = sum(f.stat().st_size for f in files) / 2**20
         pdfs = [f for f in files if f.suffix == ".pdf"]

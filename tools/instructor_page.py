@@ -264,6 +264,9 @@ class Course:
 def day_plan(course: Course, days: tuple[tuple[Part, ...], ...], blocks) -> list[str]:
     """Markdown: one table per day (a "Day N" heading when there are several), then the self-study list."""
     text, every = [], []
+    if len(days) > 1:  # a notebook that lands after the plans were written: on the last day
+        planned = {p.number for day in days for p in day}
+        days = (*days[:-1], (*days[-1], *(Part(n) for n in sorted(course.outlines) if n not in planned)))
     for n, day in enumerate(days, 1):
         parts = [p for p in day if p.number in course.outlines]
         rows, left = plan([course.session(p) for p in parts], blocks)
@@ -370,7 +373,9 @@ def setup_checklist(course: Course, times: dict) -> list[str]:
         "repository, not only the notebooks. Then either `make lab` (JupyterLab on `notebooks/`: the complete "
         "notebooks, solutions included) or the student notebooks in `student/` of this folder, opened with "
         "the same environment: `.venv/bin/jupyter lab --ServerApp.ip=127.0.0.1 <this folder>/student` from "
-        "the clone. Their paths to `data/`, `cluster/` and `README.md` are written relative to the repository "
+        "the clone. Their links (contents in `student/README.md`, the other notebooks, each section to its "
+        "exercise and back) stay inside `student/`; their paths to `data/` and `cluster/` are written "
+        "relative to the repository "
         "from where `make handouts` put them: move `student/` elsewhere only by building it there "
         "(`python tools/handouts.py --out <folder>`).",
         "4. **Machine check, the day before.** On each machine (or one of each kind), from the repository "

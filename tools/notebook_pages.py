@@ -77,8 +77,119 @@ def cell_text(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
+def page_path(stem: str, edition: str, kind: str = "html") -> str:
+    """Where a notebook's page lies in the handouts, from their root: html/EDITION/ and pdf/EDITION/,
+    and the student notebooks alone in student/ (the folder learners copy and run)."""
+    return f"student/{stem}.ipynb" if kind == "ipynb" else f"{kind}/{edition}/{stem}.{kind}"
+
+
 def links(stem: str, edition: str, pdf: bool) -> str:
-    parts = [f"[HTML]({edition}/{stem}.html)"] + ([f"[PDF]({edition}/{stem}.pdf)"] if pdf else [])
+    parts = [f"[HTML]({page_path(stem, edition)})"] + ([f"[PDF]({page_path(stem, edition, 'pdf')})"] if pdf else [])
     if edition == "student":
-        parts.append(f"[notebook]({edition}/{stem}.ipynb)")
+        parts.append(f"[notebook]({page_path(stem, edition, 'ipynb')})")
     return " · ".join(parts)
+
+
+# --- the student flow: links between a section and the exercise that practises it -----------------
+
+LINK_TAG = "flow-link"  # the cells with_exercise_links adds (left out of the slides)
+SECTION = re.compile(r"^## +(\d+)\.? +(.+)$")
+NAMED_SECTION = re.compile(r"\b[Ss]ections? ?-?(\d+)")
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def heading_id(text: str) -> str:
+    """The id JupyterLab and nbconvert give a heading: its text (inline markup dropped), spaces as dashes."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)
+    text = re.sub(r"`([^`]*)`", r"\1", text)
+    text = re.sub(r"(\*\*|\*|__)(.+?)\1", r"\2", text)
+    return text.strip().replace(" ", "-")
+
+
+def sections(nb) -> list[tuple[str, str, int, int]]:
+    """Each numbered ``## N. Title`` section as (N, title, first cell, end cell); fenced code aside."""
+    found = []
+    for i, cell in enumerate(nb.cells):
+        fenced = False
+        for line in cell.source.splitlines() if cell.cell_type == "markdown" and NAV_TAG not in tags(cell) else []:
+            fenced ^= line.lstrip().startswith(("```", "~~~"))
+            match = not fenced and SECTION.match(line)
+            if match:
+                found.append([match[1], match[2].strip(), i, len(nb.cells)])
+            elif not fenced and line.startswith("## ") and found and found[-1][3] == len(nb.cells):
+                found[-1][3] = i  # an unnumbered section (Exercises, Summary) ends the numbered ones
+        if found and len(found) > 1 and found[-2][3] == len(nb.cells):
+            found[-2][3] = found[-1][2]
+    return [tuple(s) for s in found]
+
+
+def practised_section(nb, index: int, numbered: list) -> tuple | None:
+    """The section an exercise (the markdown cell at ``index``) practises: ``exercise.section`` in its
+    metadata or its check cell's if set, else the section its text names, else the section whose cells share the
+    most of its `code` names (the earliest on a tie); None when nothing matches."""
+    by_number = {s[0]: s for s in numbered}
+    check = next((c for c in nb.cells[index + 1:] if CHECK_TAG in tags(c)), None)
+    chosen = str(nb.cells[index].metadata.get("exercise", {}).get("section", "")
+                 or (check.metadata.get("exercise", {}) if check else {}).get("section", ""))
+    if chosen in by_number:
+        return by_number[chosen]
+    text = nb.cells[index].source
+    named = NAMED_SECTION.search(text)
+    if named and named[1] in by_number:
+        return by_number[named[1]]
+    names = {n.strip() for n in CODE_SPAN.findall(text) if len(n.strip()) > 2 and n.strip() != "..."}
+    best, score = None, 0
+    for section in numbered:
+        body = "\n".join(c.source for c in nb.cells[section[2]:section[3]])
+        hits = sum(name in body for name in names)
+        if hits > score:
+            best, score = section, hits
+    if best is None:  # no shared names: the section whose title shares the most words with the text
+        words = set(re.findall(r"[a-z]{5,}", text.lower()))
+        for section in numbered:
+            hits = len(words & set(re.findall(r"[a-z]{5,}", section[1].lower())))
+            if hits > score:
+                best, score = section, hits
+    return best
+
+
+def with_exercise_links(nb, notebook_id: str):
+    """A copy in which each exercise is reachable from the section it practises, and back.
+
+    The exercises stay where they are (an exercise may use names the notebook defines after its section);
+    at the end of the practised section a cell links down to the exercise, and a heading ``Exercise NN.k``
+    before the exercise links back up. Both work in JupyterLab and in the HTML pages (heading ids)."""
+    import copy
+
+    import nbformat
+
+    nb = copy.deepcopy(nb)
+    numbered = sections(nb)
+    after, before = {}, {}
+    k = 0
+    for i, cell in enumerate(nb.cells):
+        if EXERCISE_TAG not in tags(cell):
+            continue
+        k += 1
+        label = f"Exercise {notebook_id}.{k}"
+        section = practised_section(nb, i, numbered)
+        back = (f"[↑ back to section {section[0]}, {section[1]}](#{heading_id(f'{section[0]}. {section[1]}')})"
+                if section else "")
+        before[i] = f"#### {label}\n\n{back}".strip()
+        if section:
+            after.setdefault(section[3], []).append(
+                f"**Practise this now:** [{label} ↓](#{heading_id(label)}) (in the Exercises below; "
+                "its heading links back here).")
+    cells = []
+    for i, cell in enumerate([*nb.cells, None]):
+        for text in after.get(i, []):
+            cells.append(nbformat.v4.new_markdown_cell(text, metadata={"tags": [LINK_TAG]}))
+        if i in before:
+            cells.append(nbformat.v4.new_markdown_cell(before[i], metadata={"tags": [LINK_TAG]}))
+        if cell is not None:
+            cells.append(cell)
+    for j, cell in enumerate(cells):
+        if LINK_TAG in tags(cell):
+            cell.id = f"link-{j}"
+    nb.cells = cells
+    return nb

@@ -48,14 +48,17 @@ def markdown_blocks(source: str) -> list[str]:
 
 
 LIST_ITEM = re.compile(r"^(?:[-*+]|\d+\.) ")
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
 
 
 def split_tall_block(block: str) -> list[str]:
-    """A table or a list taller than a slide, cut between its rows (the header repeated) or its items;
-    any other block whole."""
+    """A table or a list (after a lead-in line or not, in a ``>`` callout or not) taller than a slide, cut
+    between its rows (the header repeated) or its items; any other block whole."""
     if markdown_height(block) <= SLIDE_BUDGET:
         return [block]
-    lines = block.splitlines()
+    lines, head, quote = block.splitlines(), [], all(line.startswith(">") for line in block.splitlines())
+    if quote:  # a callout: its inside is cut, and each piece is a callout again
+        lines = [line[2:] if line.startswith("> ") else line[1:] for line in lines]
     if len(lines) > 3 and all(line.startswith("|") for line in lines):
         head, groups = lines[:2], [[row] for row in lines[2:]]
     else:
@@ -65,16 +68,19 @@ def split_tall_block(block: str) -> list[str]:
                 groups.append([line])
             else:
                 groups[-1].append(line)  # an item's continuation lines stay with it
-        head = []
-        if len(groups) < 2 or not LIST_ITEM.match(lines[0]):
+        if len(groups) < 2 or not LIST_ITEM.match(groups[1][0]):
             return [block]
+
+    def joined(part: list[str]) -> str:
+        return "\n".join((f"> {line}" if line else ">") if quote else line for line in head + part)
+
     pieces, current = [], []
     for group in groups:
-        if current and markdown_height("\n".join(head + current + group)) > SLIDE_BUDGET:
-            pieces.append("\n".join(head + current))
+        if current and markdown_height(joined(current + group)) > SLIDE_BUDGET:
+            pieces.append(joined(current))
             current = []
         current += group
-    return pieces + ["\n".join(head + current)]
+    return pieces + [joined(current)]
 
 
 def split_at_headings(source: str) -> list[str]:
@@ -117,10 +123,20 @@ def markdown_height(source: str) -> int:
             elif line.startswith("|"):
                 height += 10 + TEXT_LINE * wrapped([line], TEXT_CHARS)  # long cells wrap inside narrow columns
             else:
-                height += TEXT_LINE * wrapped([line], TEXT_CHARS)
+                height += TEXT_LINE * text_lines(line)
             height += 200 * len(re.findall(r"!\[[^\]]*\]\(", line))
         height += 18 + 30 * block.startswith(">")  # between paragraphs; a quote's padding
     return height
+
+
+def text_lines(line: str) -> int:
+    """Rendered lines of a markdown text line: `code` spans are set wider than text (a monospace font and
+    padding), and a ``>`` callout is narrower than the slide (its border and padding)."""
+    line = re.sub(r"\[([^\]]*)\]\([^)\s]*\)", r"\1", line)  # a link shows its text, not its address
+    spans = CODE_SPAN.findall(line)
+    length = len(line) + 0.35 * sum(map(len, spans)) + 2 * len(spans)
+    chars = TEXT_CHARS - (10 if line.startswith(">") else 0)
+    return max(1, -(-int(length) // chars))
 
 
 def png_size(data: str) -> tuple[int, int]:
@@ -184,11 +200,13 @@ def slide_cells(nb, name: str) -> list:
 
 def split_outputs(cell) -> list:
     """A code cell taller than a slide as the cell with the outputs that fit, then a cell per slide of the
-    rest of its outputs (tagged ``OUTPUTS_TAG``: the slides' CSS hides its input)."""
+    rest of its outputs (tagged ``OUTPUTS_TAG``: the slides' CSS hides its input). Where even the first
+    output does not fit under the input, the input has a slide of its own."""
     outputs, cell.outputs = cell.outputs, []
     parts = [cell]
     for output in outputs:
-        if parts[-1].outputs and cell_height(parts[-1]) + output_height(output) > SLIDE_BUDGET:
+        crowded = parts[-1].outputs or parts[-1] is cell
+        if crowded and cell_height(parts[-1]) + output_height(output) > SLIDE_BUDGET:
             rest = copy.deepcopy(cell)
             rest.outputs = []
             rest.metadata["tags"] = [*tags(cell), OUTPUTS_TAG]

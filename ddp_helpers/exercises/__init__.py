@@ -7,7 +7,7 @@ of this package with the learner's names, as keywords, for example::
 
 A check re-derives the truth from torch (or from the run the learner launched) and compares.
 
-- On success it prints one line, ``Exercise 02.1: correct``, the same on every machine.
+- On success it prints one line, ``✓ Exercise 02.1: correct``, the same on every machine.
 - On a wrong answer, or a name still set to ``...`` (the student starter), it raises
   :class:`CheckFailed` (an ``AssertionError``) whose message names the exercise, says what is wrong
   and gives a hint. It never prints the expected answer.
@@ -48,6 +48,8 @@ from ddp_helpers.exercises.nb09 import check_09_1, check_09_2, check_09_3, check
 from ddp_helpers.exercises.nb10 import check_10_1, check_10_2, check_10_3
 from ddp_helpers.exercises.nb11 import check_11_1, check_11_2, check_11_3
 from ddp_helpers.exercises.nb12 import check_12_1, check_12_2, check_12_3
+from ddp_helpers.exercises.nb13 import check_13_1, check_13_2, check_13_3
+from ddp_helpers.exercises.nb14 import check_14_1, check_14_2
 
 # exercise id -> its check: "02.1" -> check_02_1
 CHECKS: dict[str, Callable[..., None]] = {
@@ -79,4 +81,4 @@ __all__ = ["ATOL", "CHECKS", "REL_TOL", "CheckFailed", "exercise_ids",
     "check_06_2", "check_06_3", "check_06_4", "check_07_1", "check_07_2", "check_07_3", "check_07_4",
     "check_08_1", "check_08_2", "check_08_3", "check_09_1", "check_09_2", "check_09_3", "check_09_4",
     "check_10_1", "check_10_2", "check_10_3", "check_11_1", "check_11_2", "check_11_3", "check_12_1",
-    "check_12_2", "check_12_3"]
+    "check_12_2", "check_12_3", "check_13_1", "check_13_2", "check_13_3", "check_14_1", "check_14_2"]

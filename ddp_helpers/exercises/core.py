@@ -7,7 +7,7 @@ A check function is decorated with :func:`check` and starts with its :class:`Exe
         ex = Exercise("02.1")
         ex.given(padded_len=padded_len, ...)   # the starter's `...` fails first
         ex.require(padded_len == 3, "`padded_len` is wrong.", "a hint that does not give the answer.")
-        ex.correct()                           # prints "Exercise 02.1: correct"
+        ex.correct()                           # prints "✓ Exercise 02.1: correct"
 """
 
 from __future__ import annotations
@@ -53,8 +53,28 @@ class CheckFailed(AssertionError):
         self.exercise, self.what, self.hint = exercise, what, hint
         super().__init__(f"Exercise {exercise}: {what}\nHint: {hint}")
 
+    def markdown(self) -> str:
+        """The message as Markdown: the names in backticks render as code in JupyterLab."""
+        return f"**✗ Exercise {self.exercise}:** {self.what}\n\n**Hint:** {self.hint}"
+
     def _render_traceback_(self) -> list[str]:  # IPython: show only the message, not this package's frames
+        if _show_markdown(self):  # a notebook: the hint was shown as Markdown just above
+            return [f"CheckFailed: Exercise {self.exercise} is not correct yet (hint above)."]
         return [f"CheckFailed: {self}"]
+
+
+def _show_markdown(error: CheckFailed) -> bool:
+    """In a Jupyter kernel, display the failure as Markdown (once) and say so; elsewhere (a terminal,
+    pytest, nbval) do nothing: there the plain message is the whole story."""
+    shell = sys.modules.get("IPython") and sys.modules["IPython"].get_ipython()
+    if shell is None or type(shell).__name__ != "ZMQInteractiveShell":
+        return False
+    if not getattr(error, "_shown", False):
+        from IPython.display import display
+
+        display({"text/markdown": error.markdown(), "text/plain": str(error)}, raw=True)
+        error._shown = True
+    return True
 
 
 # --- one exercise's check ------------------------------------------------------------------------
@@ -121,7 +141,8 @@ class Exercise:
             self.fail(f"{Path(script).name} does not parse as Python.", "run its cell again and read the error.")
 
     def correct(self) -> None:
-        print(f"Exercise {self.id}: correct")
+        """One line, the same on every machine (stored outputs are compared)."""
+        print(f"✓ Exercise {self.id}: correct")
 
 
 # --- short tracebacks ----------------------------------------------------------------------------

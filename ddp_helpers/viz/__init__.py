@@ -9,5 +9,11 @@
 
 Nothing here computes what it shows: the data comes from the topic modules (``ring``,
 ``samplers``, ``buckets``, ``checkpoint``, ``processes``), the same code the workers run.
-Each module imports matplotlib and ipywidgets only inside the functions that draw.
+Each module imports matplotlib and ipywidgets only inside the functions that draw; importing the
+package sets the print-sized text of :data:`~ddp_helpers.viz.figures.STYLE` in matplotlib's rcParams,
+so figures a notebook draws with ``plt`` after it imports ``ddp_helpers.viz`` get it too.
 """
+
+from ddp_helpers.viz.figures import use_style
+
+use_style()

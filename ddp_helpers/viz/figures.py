@@ -23,6 +23,22 @@ if TYPE_CHECKING:
 RS_COLOR, AG_COLOR = "tab:red", "tab:green"
 BOX: dict[str, str] = {"process": "#dbe9f6", "gpu": "#fde9c9", "store": "#e2f0d9", "agent": "#ececec", "kernel": "#f4f4f4"}
 
+# Text sizes for print: the A4 handouts give an image at most about 6.6 in (the page's 186 mm less the
+# 64 px prompt column, tools/handout_templates/handout/index.html.j2), so text drawn at these sizes
+# stays at about 8 pt or more when a figure up to 8 in wide is scaled down. The diagrams below are
+# sized so that each of their texts prints at >= 8 pt (tests/test_viz_print_size.py).
+PRINT_WIDTH_IN = 6.6
+STYLE = {"font.size": 11, "axes.titlesize": 12, "axes.labelsize": 11, "xtick.labelsize": 10,
+         "ytick.labelsize": 10, "legend.fontsize": 10, "legend.title_fontsize": 10, "figure.titlesize": 13}
+
+
+def use_style() -> None:
+    """Set ``STYLE`` in matplotlib's rcParams: every figure drawn afterwards (by this package or with
+    ``plt`` in a notebook) gets its text sizes. Imports matplotlib, not pyplot (no backend is chosen)."""
+    import matplotlib
+
+    matplotlib.rcParams.update(STYLE)
+
 
 # --------------------------------------------------------------------------- PNG and widgets
 
@@ -115,9 +131,16 @@ def draw_arrow(ax: Axes, start: tuple[float, float], end: tuple[float, float], t
                 bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0})
 
 
-def blank_axes(ax: Axes, xlim: tuple[float, float], ylim: tuple[float, float], title: str) -> None:
+def print_fontsize(fig_width: float, pt: float = 8.3) -> float:
+    """The font size that prints at ``pt`` points when a figure ``fig_width`` inches wide is scaled
+    to the handouts' A4 text width (``PRINT_WIDTH_IN``); ``pt`` itself for a narrower figure."""
+    return round(max(pt, pt * fig_width / PRINT_WIDTH_IN), 1)
+
+
+def blank_axes(ax: Axes, xlim: tuple[float, float], ylim: tuple[float, float], title: str,
+               fontsize: float = 11) -> None:
     """Axes without ticks or frame, for a diagram, with a bold title on the left."""
     ax.set_xlim(*xlim)
     ax.set_ylim(*ylim)
     ax.axis("off")
-    ax.set_title(title, fontsize=11, loc="left", fontweight="bold")
+    ax.set_title(title, fontsize=fontsize, loc="left", fontweight="bold")

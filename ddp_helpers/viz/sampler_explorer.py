@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 COLORS: dict[str, str] = {"sample": "#cfe2f3", "duplicate": "#f6b26b", "dropped": "#e06666", "empty": "#ffffff"}
 
 
+TEXT_PT = 12  # titles, ticks, legend: about 8 pt when a two-grid figure is printed on A4
+
 def draw_sampler_grid(data: SamplerGrid, ax: Axes | None = None) -> Figure:
     """Draw the grid: one row per rank, padded repeats in orange, dropped samples in a red strip below.
 
@@ -37,7 +39,12 @@ def draw_sampler_grid(data: SamplerGrid, ax: Axes | None = None) -> Figure:
         fig, ax = plt.subplots(figsize=(fig_w, 1.8 + cell * (R + 1.5)))
     else:
         fig = ax.figure
-    label_size = 9 if width <= 20 else 7 if width <= 32 else 0
+    # text sizes for print: a 10 in figure of two grids is printed about 6.4 in wide on A4, so 12 pt
+    # comes out near 8 pt; a cell's label as large as the cell allows (0 when cells are too small)
+    pos = ax.get_position()
+    cell_pt = 72 * min(pos.width * fig.get_figwidth() / (width + 0.1),
+                       pos.height * fig.get_figheight() / (R + (1.5 if data.dropped else 0)))
+    label_size = min(14.0, 0.45 * cell_pt) if 0.45 * cell_pt >= 6 else 0
     for r in range(R):
         for p in range(S):
             color = COLORS["duplicate"] if data.duplicate[r, p] else COLORS["sample"]
@@ -48,7 +55,7 @@ def draw_sampler_grid(data: SamplerGrid, ax: Axes | None = None) -> Figure:
         for r in range(R):
             ax.add_patch(Rectangle((0, r + 0.1), width, 0.8, fill=False, edgecolor="grey", ls="--", lw=0.6))
         ax.text(width / 2, R / 2, "0 samples per rank\n(drop_last, n < replicas)", ha="center",
-                va="center", fontsize=9, color="#990000",
+                va="center", fontsize=TEXT_PT, color="#990000",
                 bbox={"facecolor": "white", "edgecolor": "none", "pad": 2})
     drop_row = R + 0.5
     for k, idx in enumerate(data.dropped):
@@ -61,18 +68,19 @@ def draw_sampler_grid(data: SamplerGrid, ax: Axes | None = None) -> Figure:
     ax.set_yticks([r + 0.5 for r in range(R)] + ([drop_row + 0.5] if data.dropped else []))
     ax.set_yticklabels([f"rank {r}" for r in range(R)] + (["dropped"] if data.dropped else []))
     ax.set_xticks([p + 0.5 for p in range(S)])
-    ax.set_xticklabels([str(p) for p in range(S)], fontsize=8)
-    ax.set_xlabel("position in the rank's epoch")
+    ax.set_xticklabels([str(p) for p in range(S)], fontsize=TEXT_PT)
+    ax.tick_params(axis="y", labelsize=TEXT_PT)
+    ax.set_xlabel("position in the rank's epoch", fontsize=TEXT_PT)
     ax.tick_params(length=0)
     for side in ("top", "right", "bottom", "left"):
         ax.spines[side].set_visible(False)
     ax.set_title(f"n={data.n}, num_replicas={R}, drop_last={data.drop_last}\n"
                  f"shuffle={data.shuffle}, seed={data.seed}, epoch={data.epoch}\n"
                  f"{S} per rank, {int(data.duplicate.sum())} padded repeats, "
-                 f"{len(data.dropped)} dropped", fontsize=9)
+                 f"{len(data.dropped)} dropped", fontsize=TEXT_PT)
     ax.legend(handles=[Patch(facecolor=COLORS[k], edgecolor="grey", label=lbl) for k, lbl in
                        (("sample", "sample"), ("duplicate", "padded repeat"), ("dropped", "dropped"))],
-              loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=3, fontsize=8, frameon=False)
+              loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=3, fontsize=TEXT_PT, frameon=False)
     ax.xaxis.set_label_position("top")
     ax.xaxis.tick_top()
     fig.tight_layout()

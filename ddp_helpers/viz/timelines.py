@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ddp_helpers.checkpoint import restart_events
-from ddp_helpers.viz.figures import AG_COLOR, BOX, RS_COLOR, blank_axes, draw_arrow, draw_box
+from ddp_helpers.viz.figures import AG_COLOR, BOX, RS_COLOR, blank_axes, draw_arrow, draw_box, print_fontsize
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -140,27 +140,31 @@ def ddp_step_timeline(timeline: Iterable[str]) -> Figure:
         raise ValueError("the timeline holds no gradients")
     layers = list(dict.fromkeys(g.rsplit(".", 1)[0] for g in grads))[::-1]  # forward order
     n_grads = len(grads)
-    fig, ax = plt.subplots(figsize=(max(9.0, 0.85 * (n_grads + 7)), 3.4))
-    blank_axes(ax, (-1.8, n_grads + 5.2), (-0.9, 2.4), "One DDP step: backward overlaps the bucket all-reduces")
-    draw_box(ax, 0.0, 1.3, 1.9, 0.7, "forward\n" + " → ".join(layers), BOX["process"], fontsize=8)
-    x, buckets = 2.0, []
+    width = max(7.6, 0.72 * (1.2 * n_grads + 4.6))  # 7.6 in up to 7 gradients (notebook 04's model: 6)
+    fs = print_fontsize(width, 8.3)  # prints at about 8.3 pt on A4
+    grad_w = 1.2  # x units per gradient; 1.7 for forward, 1.2 for the last bucket and for the wait
+    fig, ax = plt.subplots(figsize=(width, 3.9))
+    ax.text(0.0, 2.2, "compute", va="bottom", fontsize=fs, fontweight="bold")
+    draw_box(ax, 0.0, 1.35, 1.7, 0.75, "forward\n" + " → ".join(layers), BOX["process"], fontsize=fs)
+    x, buckets = 1.8, []
     for kind, label, members in steps:
         if kind == "grad":
-            draw_box(ax, x, 1.3, 0.9, 0.7, f"grad\n{label}", BOX["gpu"], fontsize=7.5)
-            x += 1.0
+            draw_box(ax, x, 1.35, grad_w - 0.08, 0.75, f"grad\n{label}", BOX["gpu"], fontsize=fs)
+            x += grad_w
         else:  # launched when its last gradient is ready: at the current position
             buckets.append((label, members, x))
-            ax.plot([x - 0.05, x - 0.05], [0.7, 1.3], color=RS_COLOR, lw=1, ls=":")
-    done = max(x, buckets[-1][2] + 1.5 if buckets else x) + 0.1
+            ax.plot([x - 0.04, x - 0.04], [0.85, 1.35], color=RS_COLOR, lw=1, ls=":")
+    done = max(x, buckets[-1][2] + 1.2 if buckets else x) + 0.1
+    blank_axes(ax, (-0.1, done + 1.35), (-1.5, 2.85), "One DDP step: backward overlaps the bucket all-reduces",
+               fontsize=fs + 1.5)
+    ax.text(0.0, 0.95, "communication", va="bottom", fontsize=fs, fontweight="bold")
     for i, (label, members, start) in enumerate(buckets):
         end = buckets[i + 1][2] if i + 1 < len(buckets) else done
-        draw_box(ax, start, 0.05, end - start - 0.1, 0.65, f"all-reduce {label}\n({len(members)} grads)",
-             "#f4cccc", fontsize=7.5)
-    draw_box(ax, done + 0.1, 0.7, 1.3, 0.7, "wait all,\noptimizer\nstep", BOX["store"], fontsize=7.5)
-    ax.text(-0.15, 1.65, "compute", ha="right", va="center", fontsize=9, fontweight="bold")
-    ax.text(-0.15, 0.38, "communication", ha="right", va="center", fontsize=9, fontweight="bold")
-    ax.text(0.0, -0.6, "order of events, not to scale: a bucket's all-reduce starts as soon as its last "
-            "gradient is ready, while the gradients of earlier layers are still being computed",
-            fontsize=8, style="italic")
+        draw_box(ax, start, -0.05, end - start - 0.1, 0.9, f"all-reduce\n{label}\n({len(members)} grads)",
+                 "#f4cccc", fontsize=fs)
+    draw_box(ax, done, 0.75, 1.25, 0.95, "wait all,\noptimizer\nstep", BOX["store"], fontsize=fs)
+    ax.text(0.0, -0.9, "order of events, not to scale: a bucket's all-reduce starts as soon as its\n"
+            "last gradient is ready, while the gradients of earlier layers are still being computed",
+            fontsize=fs, style="italic", va="center")
     fig.tight_layout()
     return fig

@@ -78,14 +78,7 @@ def heights(browser, deck: Path, shot: Path | None = None) -> tuple[list, dict]:
     return found, first
 
 
-# Measured and not yet fixed: one code cell each, taller than a slide with its output (812 and 817 px);
-# strict, so the test says so when a change fixes them.
-KNOWN_OVERFLOW = {"03_launching": "the SHORT = {...} cell with its 11-line output, 812 px",
-                  "10_performance": "the alpha-beta fit's plotting cell with its figure, 817 px"}
-
-
-@pytest.mark.parametrize("stem", [pytest.param(s, marks=pytest.mark.xfail(strict=True, reason=KNOWN_OVERFLOW[s]))
-                                  if s in KNOWN_OVERFLOW else s for s in DECKS])
+@pytest.mark.parametrize("stem", DECKS)
 def test_no_slide_overflows(browser, decks, stem):
     SHOTS.mkdir(parents=True, exist_ok=True)
     found, first = heights(browser, decks[stem, True], SHOTS / f"handout_slide_{stem[:2]}_3.png")

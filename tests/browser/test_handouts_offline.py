@@ -7,7 +7,7 @@ a script error fails. A widget shows as its stored picture, captioned "interacti
 The slides must run (reveal.js ready, one slide per ``##`` section, the arrow
 key moves on), and each PDF is opened with pdf.js (a pinned npm package, loaded from file): A4
 pages, the notebook's title, every figure painted, code lines inside the page. Screenshots go to
-build/browser/.
+build/browser/: a slide, the PDF page that shows 01's ring widget as a picture, the instructor page.
 
 Needs Debian's chromium (/usr/bin/chromium), the playwright package and npm: `make test-browser`.
 """
@@ -71,7 +71,7 @@ def stored_widgets(page):
 def pages(built):
     found = [built / "index.html", built / "instructor.html"]
     for stem in CHOSEN:
-        found += [built / e / f"{stem}.html" for e in handouts.EDITIONS]
+        found += [built / handouts.page_path(stem, e) for e in handouts.EDITIONS]
         found.append(built / "slides" / f"{stem}.slides.html")
     return found
 
@@ -100,7 +100,7 @@ def test_no_page_asks_the_network(browser, built):
 def test_titles_are_the_notebook_titles(browser, built):
     for stem in CHOSEN:
         title = handouts.plain(handouts.title_of(ROOT / "notebooks" / f"{stem}.ipynb"))
-        watched = offline(browser, built / "student" / f"{stem}.html")
+        watched = offline(browser, built / handouts.page_path(stem, "student"))
         assert watched.page.title() == title and title.startswith(stem[:2] + " · ")
         watched.page.close()
 
@@ -146,7 +146,8 @@ PDF_PROBE = """async (data) => {
         const content = await page.getTextContent();
         for (const item of content.items) {
             out.text += item.str + (item.hasEOL ? '\\n' : ' ');
-            out.right = Math.max(out.right, item.transform[4] + item.width);
+            // a run of spaces (before an aligned comment) is reported wider than it is drawn: text only
+            if (item.str.trim()) out.right = Math.max(out.right, item.transform[4] + item.width);
         }
         const ops = await page.getOperatorList();
         out.images += ops.fnArray.filter(f => f === OPS.paintImageXObject).length;
@@ -186,7 +187,7 @@ def longest_code_line(stem, edition):
 @pytest.mark.parametrize("edition", handouts.EDITIONS)
 @pytest.mark.parametrize("stem", ["02_samplers", "08_capstone_digits"])
 def test_pdf_opens_offline(browser, built, tmp_path, stem, edition):
-    pdf = built / edition / f"{stem}.pdf"
+    pdf = built / handouts.page_path(stem, edition, "pdf")
     watched = offline(browser, pdf_viewer(tmp_path))
     found = watched.page.evaluate(PDF_PROBE, base64.b64encode(pdf.read_bytes()).decode())
     assert watched.problems() == []
@@ -203,4 +204,44 @@ def test_pdf_opens_offline(browser, built, tmp_path, stem, edition):
     assert squeeze in "".join(found["text"].split())
     SHOTS.mkdir(parents=True, exist_ok=True)
     watched.page.locator("#page").screenshot(path=str(SHOTS / f"handout_{edition}_{stem}_p1.png"))
+    watched.page.close()
+
+
+PAGE_WITH = """async ([data, words]) => {
+    pdfjsLib.GlobalWorkerOptions.workerSrc = document.getElementById('worker').src;
+    const bytes = Uint8Array.from(atob(data), c => c.charCodeAt(0));
+    const pdf = await pdfjsLib.getDocument({data: bytes, isEvalSupported: false}).promise;
+    for (let n = 1; n <= pdf.numPages; n++) {
+        const page = await pdf.getPage(n);
+        const text = (await page.getTextContent()).items.map(i => i.str).join(' ');
+        if (!text.includes(words)) continue;
+        const ops = await page.getOperatorList();
+        const canvas = document.getElementById('page'), view = page.getViewport({scale: 1.2});
+        canvas.width = view.width; canvas.height = view.height;
+        await page.render({canvasContext: canvas.getContext('2d'), viewport: view}).promise;
+        return {page: n, images: ops.fnArray.filter(f => f === pdfjsLib.OPS.paintImageXObject).length};
+    }
+    return null;
+}"""
+
+
+def test_pdf_page_with_a_widget_picture(browser, built, tmp_path):
+    """The ring stepper of 01 in the student PDF: its picture painted on the page of its caption."""
+    pdf = built / handouts.page_path("01_collectives_and_ring_allreduce", "student", "pdf")
+    watched = offline(browser, pdf_viewer(tmp_path))
+    found = watched.page.evaluate(PAGE_WITH, [base64.b64encode(pdf.read_bytes()).decode(), handouts.WIDGET_CAPTION])
+    assert watched.problems() == []
+    assert found and found["images"] >= 1, found
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    watched.page.locator("#page").screenshot(path=str(SHOTS / "handout_pdf_widget_page_01.png"))
+    watched.page.close()
+
+
+def test_instructor_page_screenshot(browser, built):
+    watched = offline(browser, built / "instructor.html", viewport={"width": 1280, "height": 900})
+    assert watched.problems() == []
+    assert watched.page.locator("h1").first.inner_text()
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    watched.page.screenshot(path=str(SHOTS / "instructor_page.png"))
+    watched.page.screenshot(path=str(SHOTS / "instructor_page_full.png"), full_page=True)
     watched.page.close()

@@ -293,8 +293,12 @@ def test_student_notebook_check_gives_a_hint_then_accepts_the_solution(browser, 
     page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='busy']", state="attached", timeout=30_000)
     page.wait_for_selector(IDLE, state="attached", timeout=RUN_TIMEOUT_MS)
     run_cell(check)
-    hint = output_of(check, "CheckFailed")
-    assert "Exercise 02.1: `padded_len` is still `...`." in hint and "Hint:" in hint, hint
+    assert "hint above" in output_of(check, "CheckFailed")
+    # the hint as Markdown: its names in backticks rendered as code, no raw backticks left
+    rendered = notebook_cells.nth(check).locator(".jp-OutputArea-output.jp-RenderedMarkdown", has_text="Hint:")
+    hint = rendered.first.text_content()
+    assert "Exercise 02.1: padded_len is still ...." in hint and "`" not in hint, hint
+    assert rendered.first.locator("code", has_text="padded_len").count() == 1
     assert "[3, 7, 1]" not in hint
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(SHOTS / "02_student_hint.png"), full_page=False)
@@ -306,7 +310,16 @@ def test_student_notebook_check_gives_a_hint_then_accepts_the_solution(browser, 
     run_cell(starter)
     page.wait_for_selector(IDLE, state="attached", timeout=60_000)
     run_cell(check)
-    assert output_of(check, "Exercise 02.1: correct").strip() == "Exercise 02.1: correct"
+    assert output_of(check, "Exercise 02.1: correct").strip() == "✓ Exercise 02.1: correct"
     assert notebook_cells.nth(check).locator(".jp-OutputArea-output", has_text="CheckFailed").count() == 0
     page.screenshot(path=str(SHOTS / "02_student_correct.png"), full_page=False)
+    # the section links down to its exercise, and the exercise's heading links back up
+    down = next(i for i, c in enumerate(cells) if "Exercise 02.1 ↓" in c.source)
+    notebook_cells.nth(down).scroll_into_view_if_needed()
+    notebook_cells.nth(down).locator("a", has_text="Exercise 02.1 ↓").click()
+    heading = page.locator(".jp-RenderedMarkdown h4", has_text="Exercise 02.1").first
+    playwright.expect(heading).to_be_in_viewport(timeout=10_000)
+    heading.locator("xpath=..").locator("a", has_text="back to section 2").click()
+    section = page.locator(".jp-RenderedMarkdown h2", has_text="2. The arithmetic of DistributedSampler").first
+    playwright.expect(section).to_be_in_viewport(timeout=10_000)
     page.close()

@@ -78,7 +78,26 @@ def short_label(label: str) -> str:
     return label if len(parts) <= 4 else f"{parts[0]}+…+{parts[-1]} ({len(parts)})"
 
 
-LABEL_FONTSIZE = 10  # points; at 100 dpi about 14 px, for every N (the figure grows instead)
+LABEL_FONTSIZE = 10  # points; at 100 dpi about 14 px; more where the figure is wider than the A4 text
+
+
+def label_fontsize(n: int) -> float:
+    """Cell and tick labels: 10 pt, or what prints at about 8.3 pt on A4 when the figure is wider."""
+    from ddp_helpers.viz.figures import print_fontsize
+
+    return max(LABEL_FONTSIZE, print_fontsize(figure_size(n)[0], 8.3))
+
+
+def cell_text(label: str, n: int) -> str:
+    """A cell's text: :func:`short_label`, on two lines from N = 7 (narrower cells)."""
+    text = short_label(label)
+    parts = text.split("+")
+    if n < 7 or len(parts) < 3:
+        return text
+    if "…" in text:
+        return text.replace(" (", "\n(")
+    half = (len(parts) + 1) // 2
+    return "+".join(parts[:half]) + "+\n" + "+".join(parts[half:])
 
 
 def draw_ring_step(ax: Axes, view: RingView) -> None:
@@ -93,14 +112,15 @@ def draw_ring_step(ax: Axes, view: RingView) -> None:
     from matplotlib.patches import FancyArrowPatch, Rectangle
 
     n, cmap = view.n, colormaps["Blues"]
+    fs = label_fontsize(n)
     ax.clear()
     for r in range(n):
         for c in range(n):
             shade = 0.15 + 0.6 * (view.counts[r][c] - 1) / max(1, n - 1)
             full = view.counts[r][c] == n
             ax.add_patch(Rectangle((c, r), 1, 1, facecolor=cmap(shade), edgecolor="white"))
-            ax.text(c + 0.5, r + 0.5, short_label(view.labels[r][c]), ha="center", va="center",
-                    fontsize=LABEL_FONTSIZE - (1 if n > 6 else 0),
+            ax.text(c + 0.5, r + 0.5, cell_text(view.labels[r][c], n), ha="center", va="center",
+                    fontsize=fs, linespacing=1.0,
                     color="white" if shade > 0.5 else "black", fontweight="bold" if full else "normal")
 
     def arrow(x: float, y0: float, y1: float, color: str) -> None:
@@ -120,10 +140,10 @@ def draw_ring_step(ax: Axes, view: RingView) -> None:
     ax.set_ylim(n + 0.45, -0.45)  # rank 0 on top; room for the wrap-around arrows
     ax.set_xticks([c + 0.5 for c in range(n)], [f"chunk {c}" for c in range(n)])
     ax.set_yticks([r + 0.5 for r in range(n)], [f"rank {r}" for r in range(n)])
-    ax.tick_params(length=0, labelsize=LABEL_FONTSIZE)
+    ax.tick_params(length=0, labelsize=fs)
     for side in ax.spines.values():
         side.set_visible(False)
-    ax.set_title(view.title, fontsize=LABEL_FONTSIZE + 1)
+    ax.set_title(view.title, fontsize=fs + 1)
 
 
 def ring_legend_handles(n: int) -> list[Patch]:
@@ -143,21 +163,24 @@ def ring_legend_handles(n: int) -> list[Patch]:
 
 
 def figure_size(n: int) -> tuple[float, float]:
-    """Inches: about 1 inch per chunk column (labels stay at 10 pt), at most 10.5 wide."""
-    return max(7.0, min(10.5, 2.2 + 1.05 * n)), 2.7 + 0.6 * n
+    """Inches: about 1 inch per chunk column, 7 to 8.2 wide (printed on A4 at 8 pt or more)."""
+    return max(7.0, min(8.2, 2.2 + 1.05 * n)), 2.7 + 0.6 * n
 
 
 def ring_step_figure(n: int, step: int) -> Figure:
     """A new figure with :func:`draw_ring_step` for ``step_view(n, step)`` and a legend."""
     import matplotlib.pyplot as plt
 
+    from ddp_helpers.viz.figures import print_fontsize
+
     fig, ax = plt.subplots(figsize=figure_size(n), layout="constrained")
     draw_ring_step(ax, step_view(n, step))
+    legend_fs = print_fontsize(figure_size(n)[0], 8.3)
     fig.legend(handles=ring_legend_handles(n), loc="outside lower center", ncol=2, frameon=False,
-               fontsize=LABEL_FONTSIZE - 1,
+               fontsize=legend_fs,
                title="darker cell = more ranks' contributions\nan arrow leaving the bottom row "
                      f"enters the top row (rank {n - 1} sends to rank 0)",
-               title_fontsize=LABEL_FONTSIZE - 1)
+               title_fontsize=legend_fs)
     return fig
 
 
@@ -221,13 +244,36 @@ def draw_holdings(axes: Sequence[Axes] | np.ndarray, holdings: Mapping[str, Mapp
     """One row of ``axes`` per collective: what each rank holds before and after.
 
     ``holdings[name] = {"before": [v_rank0, v_rank1, ...], "after": [...]}``; ``None``
-    means the rank holds nothing meaningful (drawn as "-", greyed out).
+    means the rank holds nothing meaningful (drawn as "-", greyed out). A list of lists is
+    written one inner list per line. The axes' figure is set to at most 7 in wide and tall
+    enough for its rows (a text of words on two lines), so that its text (9 pt) prints at 8 pt or more on A4.
     """
     from matplotlib.patches import Rectangle
+
+    from ddp_helpers.viz.figures import print_fontsize
 
     names = list(holdings)
     if len(axes) != len(names):
         raise ValueError(f"need one row of axes per collective ({len(names)}), got {len(axes)}")
+
+    def cell(value: object) -> str:
+        if isinstance(value, (list, tuple)) and any(isinstance(v, (list, tuple)) for v in value):
+            return "\n".join(holdings_text(v) for v in value)
+        text = holdings_text(value)
+        if len(text) > 12 and " " in text and not text.startswith("["):  # words: two lines
+            middle = min((i for i, c in enumerate(text) if c == " "), key=lambda i: abs(i - len(text) / 2))
+            text = text[:middle] + "\n" + text[middle + 1:]
+        return text
+
+    texts = {name: {key: [cell(v) for v in holdings[name][key]] for key in ("before", "after")}
+             for name in names}
+    lines = max((t.count("\n") + 1 for row in texts.values() for col in row.values() for t in col), default=1)
+    if len(axes):
+        fig = axes[0].figure
+        width, height = fig.get_size_inches()
+        width = min(width, 7.0)
+        fig.set_size_inches(width, max(height, len(names) * (0.4 + 0.2 * lines)))
+        fs = print_fontsize(width, 8.4)
     for ax, name in zip(axes, names, strict=True):
         ax.clear()
         row = holdings[name]
@@ -237,13 +283,12 @@ def draw_holdings(axes: Sequence[Axes] | np.ndarray, holdings: Mapping[str, Mapp
             for r, value in enumerate(row[key]):
                 face = "#eeeeee" if value is None else ("#dbe9f6" if key == "before" else "#c7e9c0")
                 ax.add_patch(Rectangle((x0 + r, 0), 1, 1, facecolor=face, edgecolor="white"))
-                text = holdings_text(value)
-                ax.text(x0 + r + 0.5, 0.5, text, ha="center", va="center",
-                        fontsize=8 if len(text) <= 16 else 6)
-                ax.text(x0 + r + 0.5, 1.15, f"rank {r}", ha="center", va="bottom", fontsize=7)
+                ax.text(x0 + r + 0.5, 0.5, texts[name][key][r], ha="center", va="center", fontsize=fs,
+                        linespacing=1.0)
+                ax.text(x0 + r + 0.5, 1.05, f"rank {r}", ha="center", va="bottom", fontsize=fs)
         ax.annotate("", xy=(n + 0.85, 0.5), xytext=(n + 0.15, 0.5),
                     arrowprops={"arrowstyle": "-|>", "color": "grey"})
         ax.set_xlim(0, 2 * n + 1)
-        ax.set_ylim(0, 1.6)
+        ax.set_ylim(0, 1.4)
         ax.axis("off")
-        ax.set_title(name, fontsize=9, loc="left")
+        ax.set_title(name, fontsize=fs + 0.5, loc="left", fontweight="bold")

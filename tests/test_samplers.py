@@ -137,7 +137,10 @@ def test_draw_sampler_grid_colours_cells():
     assert colours.count(SE.COLORS["dropped"]) == 1
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == ["rank 0", "rank 1", "dropped"]
     plt.close(fig)
-    big = SE.draw_sampler_grid(S.sampler_grid(40, 1))  # too wide for labels: no text
+    wide = SE.draw_sampler_grid(S.sampler_grid(40, 1))  # 40 cells in 14 in: labels still fit (about 9 pt)
+    assert len(wide.axes[0].texts) == 40 and wide.axes[0].texts[0].get_fontsize() >= 6
+    plt.close(wide)
+    big = SE.draw_sampler_grid(S.sampler_grid(64, 1))  # cells too small for a 6 pt label: no text
     assert len(big.axes[0].texts) == 0
     plt.close(big)
 

@@ -166,14 +166,15 @@ TWO_DAYS = (
     (Part("00", exercises=(1,)), Part("01", exercises=(1,)), Part("02", exercises=(1, 2)),
      Part("03", (1, 2, 4, 5, 6, 7, 8), (1,)), Part("04", exercises=(1, 2))),
     (Part("05", exercises=(1,)), Part("06", (1, 2, 3, 4, 6), (1,)), Part("07", exercises=(1,)),
-     Part("08", exercises=(1,)), Part("09", (1, 3, 4, 7), (), demo=(6,)), Part("10", (1, 2, 4, 5, 6), ()),
-     Part("11", (1, 2, 4, 5), ()), Part("12", (1, 2, 3), ())),
+     Part("08", exercises=(1,)), Part("09", (1, 3, 4), ()), Part("10", (1, 2, 6), ()),
+     Part("11", (1, 4), ()), Part("12", (3,), ()), Part("13", (1,), ()), Part("14", (2,), ())),
 )
 THREE_DAYS = (
     (Part("00"), Part("01"), Part("02"), Part("03")),
     (Part("04"), Part("05", exercises=(1, 2, 3)), Part("06", exercises=(1, 2)), Part("07", exercises=(1, 2))),
-    (Part("08"), Part("09", exercises=(1, 2)), Part("10", exercises=(1, 2)), Part("11", exercises=(1,)),
-     Part("12", exercises=(1,))),
+    (Part("08", exercises=(1,)), Part("09", (1, 2, 3, 4, 6, 7), (1,)), Part("10", (1, 2, 3, 4, 6), (1,)),
+     Part("11", (1, 2, 4, 5), (1,)), Part("12", (1, 2, 3, 6), ()), Part("13", (1, 2, 4, 5), ()),
+     Part("14", (1, 2, 3, 4), ())),
 )
 
 

@@ -69,11 +69,13 @@ def output(job_id: int) -> str:
 def run_two_nodes(cluster) -> tuple[int, list[str], dict, str]:
     """Submit the two-node job and wait for it: (job id, sbatch arguments, final job dict, output).
 
-    Once, in a CI run, a job ended COMPLETED 0:0 with an output file that held node2's worker
-    lines but neither of node1's (the cause is not known: it did not come back in 7 runs on the
-    development machine, 6 of them with both cores kept busy). Such a job is submitted once more,
-    and the first one's output is reported as a warning (in pytest's summary), not hidden; a second
-    such job fails the test. tests/test_slurm_resubmit.py checks this rule with a stand-in cluster."""
+    Once in CI and once in 9 runs here, a job ended COMPLETED 0:0 with node1's two worker lines
+    merged into one ("...LOCAL_WORLD_SIZE=2RANK=1 ..."): a node's workers share one pipe, and with
+    PYTHONUNBUFFERED=1 in the submitting environment (as on these machines) print() wrote each
+    line's text and its newline as two writes. Notebook 09's worker now writes each line in one
+    call. Should a node's lines still be missing, the job is submitted once more and the first
+    one's output is reported as a warning (in pytest's summary), not hidden; a second such job
+    fails the test. tests/test_slurm_resubmit.py checks this rule with a stand-in cluster."""
     job_id, args = submit(cluster, notebook_worker("09_two_nodes.py"), nproc=2, cpus=2)
     info = cluster.wait([job_id])[0][job_id]
     text = output(job_id)

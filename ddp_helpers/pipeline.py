@@ -4,6 +4,8 @@
   blocks one pipeline stage owns.
 - :class:`Spin`: an identity layer that burns a fixed amount of compute in forward and twice that
   in backward, so that stage compute can be made to dominate communication and Python overhead.
+- :class:`CostedBlock` and :func:`make_costed_mlp`: blocks whose forward, input gradient and weight
+  gradient each cost a fixed wait, a cost model in which only the schedule decides the idle time.
 - :class:`StageTimer`: timestamps around a ``torch.distributed.pipelining`` stage's
   ``forward_one_chunk``, ``backward_one_chunk`` and ``backward_weight_one_chunk``: the real timeline.
 - :func:`stage_ids` and :func:`build_schedule`: which stages a rank owns under a schedule, and the
@@ -22,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 # What a recorded stage call was: F forward, B full backward, I input-gradient backward only
@@ -70,6 +73,53 @@ def make_mlp(dim: int = 16, blocks: int = 8, seed: int = 0, spin_rounds: int = 0
     layers = [nn.Sequential(nn.Linear(dim, dim), nn.Tanh(), *([Spin(spin_rounds)] if spin_rounds else []))
               for _ in range(blocks)]
     return nn.Sequential(*layers)
+
+
+class _Wait(torch.autograd.Function):
+    """Identity (a copy) whose backward first calls ``sleep(seconds)``: a fixed cost on one gradient path."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, seconds: float, sleep: Callable[[float], None]) -> torch.Tensor:
+        ctx.seconds, ctx.sleep = seconds, sleep
+        return x.clone()  # a copy, not a view: the zero-bubble schedules detach stage outputs in place
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        ctx.sleep(ctx.seconds)
+        return grad, None, None
+
+
+class CostedBlock(nn.Module):
+    """Linear(dim, dim) + Tanh with three fixed costs: ``forward_s`` seconds in forward,
+    ``input_grad_s`` on the path to its input's gradient and ``weight_grad_s`` on the path to its
+    weight's gradient. A full backward pays both; a zero-bubble schedule pays the first in its
+    input-gradient step (I) and the second in its weight step (W). ``sleep`` waits (``time.sleep``;
+    a test passes a recorder). Waiting, not computing, keeps ranks that share CPU cores from slowing
+    each other down, so only the schedule and the real sends decide when a rank is idle."""
+
+    def __init__(self, dim: int, forward_s: float, input_grad_s: float, weight_grad_s: float,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        super().__init__()
+        if min(forward_s, input_grad_s, weight_grad_s) < 0:
+            raise ValueError("costs are seconds, at least 0")
+        self.linear = nn.Linear(dim, dim)
+        self.forward_s, self.input_grad_s, self.weight_grad_s, self.sleep = forward_s, input_grad_s, weight_grad_s, sleep
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.sleep(self.forward_s)
+        weight = _Wait.apply(self.linear.weight, self.weight_grad_s, self.sleep)
+        x = _Wait.apply(x, self.input_grad_s, self.sleep)  # no cost where x needs no gradient (stage 0's input)
+        return torch.tanh(F.linear(x, weight, self.linear.bias))
+
+
+def make_costed_mlp(dim: int, blocks: int, forward_s: float, input_grad_s: float, weight_grad_s: float,
+                    seed: int = 0, sleep: Callable[[float], None] = time.sleep) -> nn.Sequential:
+    """``blocks`` :class:`CostedBlock` s, initialised from ``seed`` without touching the caller's
+    random state."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return nn.Sequential(*(CostedBlock(dim, forward_s, input_grad_s, weight_grad_s, sleep)
+                               for _ in range(blocks)))
 
 
 def stage_range(blocks: int, stage: int, stages: int) -> range:

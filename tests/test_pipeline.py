@@ -173,3 +173,69 @@ def test_draw_timeline():
     assert len(ax.collections) == 8 and [t.get_text() for t in ax.texts][:2] == ["F0", "F1"]
     assert ax.get_title() == "GPipe"
     plt.close(fig)
+
+
+FORWARD, INPUT, WEIGHT = 1.0, 2.0, 3.0   # costs told apart by value; the recorder does not wait
+
+
+def _paid(block_cls, step):
+    """The costs a 2-block stage pays in its forward and in ``step`` ('B', 'I' or 'W'), in call order."""
+    from torch.distributed.pipelining._backward import stage_backward_input, stage_backward_weight
+
+    paid = []
+    torch.manual_seed(0)
+    stage = torch.nn.Sequential(*(block_cls(4, FORWARD, INPUT, WEIGHT, sleep=paid.append) for _ in range(2)))
+    x = torch.randn(3, 4, requires_grad=True)   # a middle stage: its input needs a gradient
+    out = stage(x)
+    assert paid == [FORWARD, FORWARD]
+    paid.clear()
+    if step == "B":
+        out.sum().backward()
+    else:
+        _, groups = stage_backward_input([out], [torch.ones_like(out)], [x], stage.parameters())
+        if step == "W":
+            paid.clear()
+            stage_backward_weight(stage.parameters(), groups)
+    return sorted(paid)
+
+
+def test_costed_block_pays_each_cost_in_its_own_step():
+    assert _paid(pipeline.CostedBlock, "B") == [INPUT, INPUT, WEIGHT, WEIGHT]   # a full backward pays both
+    assert _paid(pipeline.CostedBlock, "I") == [INPUT, INPUT]
+    assert _paid(pipeline.CostedBlock, "W") == [WEIGHT, WEIGHT]
+
+
+class _CostOnOutput(pipeline.CostedBlock):
+    """Wrong: the weight cost put on the block's output, the path every gradient takes."""
+
+    def forward(self, x):
+        self.sleep(self.forward_s)
+        out = torch.tanh(torch.nn.functional.linear(pipeline._Wait.apply(x, self.input_grad_s, self.sleep),
+                                                    self.linear.weight, self.linear.bias))
+        return pipeline._Wait.apply(out, self.weight_grad_s, self.sleep)
+
+
+def test_cost_on_the_wrong_path_is_paid_in_the_wrong_step():
+    assert WEIGHT in _paid(_CostOnOutput, "I") and _paid(_CostOnOutput, "W") == []
+
+
+def test_costed_gradients_equal_the_plain_layers():
+    model = pipeline.make_costed_mlp(4, 2, 0.0, 0.0, 0.0, seed=1)
+    plain = torch.nn.Sequential(*(torch.nn.Sequential(b.linear, torch.nn.Tanh()) for b in model))
+    x = torch.randn(3, 4)
+    assert torch.equal(model(x), plain(x))
+    model(x).sum().backward()
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad()
+    plain(x).sum().backward()
+    assert all(torch.equal(g, p.grad) for g, p in zip(grads, model.parameters(), strict=True))
+
+
+def test_make_costed_mlp_is_seeded_and_leaves_the_global_rng_alone():
+    state = torch.get_rng_state()
+    a, b = pipeline.make_costed_mlp(4, 2, 0, 0, 0, seed=3), pipeline.make_costed_mlp(4, 2, 0, 0, 0, seed=3)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+    assert not torch.equal(pipeline.make_costed_mlp(4, 2, 0, 0, 0, seed=4)[0].linear.weight, a[0].linear.weight)
+    with pytest.raises(ValueError, match="at least 0"):
+        pipeline.CostedBlock(4, -1.0, 0.0, 0.0)

@@ -32,7 +32,9 @@ with the notebook's ``# NN · Title`` heading, notebook links pointed at the HTM
 shown as its stored picture captioned "interactive in JupyterLab" (the student .ipynb keeps its widgets),
 and, for the slides, reveal.js slide metadata written on every cell. In the pages and the student
 notebooks each exercise is linked from the end of the section it practises, and links back
-(``notebook_pages.with_exercise_links``).
+(``notebook_pages.with_exercise_links``). A proof cell's input (tag ``proof``, notebooks/README.md) is
+folded into a ``<details>`` element in the pages and on the slides (the templates' ``input_group`` block),
+its outputs in view; the student notebook keeps the cell's ``jupyter.source_hidden``, so JupyterLab folds it too.
 """
 
 from __future__ import annotations

@@ -12,12 +12,45 @@ from ddp_helpers.series import NAV_TAG, title_cell
 
 SOLUTION_TAG, EXERCISE_TAG = "solution", "exercise"
 CHECK_TAG, STARTER_TAG = "check", "starter"
+# A proof cell: verification a learner may skip (notebooks/README.md, "Proof cells"). Its input is folded:
+# in JupyterLab by the metadata jupyter.source_hidden, in the handouts by a <details> element.
+PROOF_TAG = "proof"
 INSTRUCTOR_BANNER = ('<p class="edition-banner" style="background:#fff4d6;border:1px solid #e6c36a;'
                      'padding:.4em .8em;font-weight:600">Instructor edition: solutions included</p>')
 
 
 def tags(cell) -> list[str]:
     return cell.get("metadata", {}).get("tags", [])
+
+
+def source_hidden(cell) -> bool:
+    return bool(cell.get("metadata", {}).get("jupyter", {}).get("source_hidden", False))
+
+
+def mark_proof(cell):
+    """Make a code cell a proof cell: the tag, and its input folded in JupyterLab."""
+    metadata = cell.setdefault("metadata", {})
+    if PROOF_TAG not in metadata.setdefault("tags", []):
+        metadata["tags"].append(PROOF_TAG)
+    metadata.setdefault("jupyter", {})["source_hidden"] = True
+    return cell
+
+
+def proof_problems(nb) -> list[str]:
+    """What breaks the proof-cell convention in a notebook (a dict as read from its JSON, or a node):
+    a proof cell that is not a code cell or whose input JupyterLab shows, and a folded code cell not
+    tagged proof (folded code that neither the tag nor the handouts would explain)."""
+    problems = []
+    for i, cell in enumerate(nb.get("cells", [])):
+        where = f"cell {i} ({cell.get('id', 'no id')})"
+        proof, hidden = PROOF_TAG in tags(cell), source_hidden(cell)
+        if proof and cell.get("cell_type") != "code":
+            problems.append(f"{where}: a {cell.get('cell_type')} cell tagged {PROOF_TAG!r}; only code cells are proofs")
+        elif proof and not hidden:
+            problems.append(f"{where}: tagged {PROOF_TAG!r} but its input is shown (set jupyter.source_hidden)")
+        elif hidden and not proof and cell.get("cell_type") == "code":
+            problems.append(f"{where}: input hidden but not tagged {PROOF_TAG!r}")
+    return problems
 
 
 def plain(markdown: str) -> str:

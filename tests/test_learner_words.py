@@ -167,7 +167,7 @@ def test_clean_text_passes():
     the repository's files, outputs under runs/, links to other notebooks."""
     nb = fake(markdown="Every rank seeds its RNG alike (`torch.manual_seed(0)`); the sampler's seed is the same "
                        "on every rank, and worker seeds differ. Older tutorials say otherwise. See "
-                       "`torch/distributed/run.py`, `ddp_helpers/ring.py`, `walkthrough/step0_single.py` and "
+                       "`torch/distributed/run.py`, `ddp_helpers/ring.py`, `walkthrough/step0_plain.py` and "
                        "[notebook 02](02_samplers.ipynb), [the README](../README.md#curriculum).",
               code="%%writefile scripts/99_mine.py\nsame_second = 1_700_000_000\nn = 7_500_000_000\n"
                    "Path('../cluster/slurm_ddp.sbatch'); Path('runs/99/out.json')",

@@ -1,4 +1,4 @@
-"""The walkthrough's plain scripts end with no gloo worker thread alive (notebook 04, "Ending the group").
+"""The walkthrough's plain scripts end with no gloo worker thread alive (notebook 04, section 1, "Ending the group").
 
 A gloo thread still alive at interpreter exit can abort the process ("terminate called without an
 active exception"). destroy_process_group() frees the group, which joins those threads, only when
@@ -34,7 +34,7 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 
 def test_every_step_with_a_group_imports_torch_distributed_nn_first_and_drops_ddp():
     steps = [p for p in STEPS if "init_process_group(" in p.read_text()]
-    assert [p.name[:5] for p in steps] == ["step1", "step2", "step3", "step4", "step5"]
+    assert [p.name[:5] for p in steps] == [f"step{k}" for k in range(2, 10)]
     for path in steps:
         text = path.read_text()
         assert re.search(r"^import torch\.distributed\.nn\b", text, re.M), path.name
@@ -53,7 +53,7 @@ def test_the_last_step_leaves_no_gloo_thread_at_exit(tmp_path):
         port = s.getsockname()[1]
     env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", LOCAL_WORLD_SIZE="1",
                MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), CUDA_VISIBLE_DEVICES="")
-    run = subprocess.run([sys.executable, "-c", PROBE, str(WALK / "step5_rank0.py"), str(tmp_path)],
+    run = subprocess.run([sys.executable, "-c", PROBE, str(WALK / "step9_rank0_save.py"), str(tmp_path)],
                          capture_output=True, text=True, env=env, timeout=120)
     assert run.returncode == 0, run.stderr[-2000:]
     assert run.stdout.splitlines()[-1] == "gloo threads at exit: 0", run.stdout

@@ -15,9 +15,13 @@ from matplotlib.text import Text
 import ddp_helpers.viz  # noqa: F401  (sets the print-sized rcParams, as a notebook's import does)
 from ddp_helpers import samplers as S
 from ddp_helpers.checkpoint import restart_events
+from ddp_helpers.viz.accumulation import no_sync_timeline
+from ddp_helpers.viz.dealing import dealing_figure
 from ddp_helpers.viz.diagrams import launch_tree, parallelism_overview
+from ddp_helpers.viz.rank_map import rank_map
 from ddp_helpers.viz.ring_widget import draw_holdings, ring_step_figure
 from ddp_helpers.viz.sampler_explorer import draw_sampler_grid
+from ddp_helpers.viz.state_strip import StripRow, state_strip
 from ddp_helpers.viz.timelines import checkpoint_flow, ddp_step_timeline
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,10 +103,29 @@ NOTEBOOK_04_TIMELINE = ["grad 4.bias", "grad 4.weight", "all-reduce bucket 0", "
 # notebook 05's crashed run: EPOCHS = 4, rank 1 killed in epoch HALF = 2, torchrun restarts, resumes at 2
 NOTEBOOK_05_EVENTS = ["epoch 0:", "epoch 1:", "attempt 1: resumed from snapshot, next epoch 2", "epoch 2:", "epoch 3:"]
 
+RANK_MAP_2X2 = [{"RANK": 2 * node + local, "LOCAL_RANK": local, "GROUP_RANK": node, "WORLD_SIZE": 4,
+                 "LOCAL_WORLD_SIZE": 2, "device": "cpu"} for node in (0, 1) for local in (0, 1)]
+
+
+def dealing_10_on_3():
+    # notebook 02: 10 samples on 3 ranks, epochs 0 and 1 (the figure's size follows from these)
+    epochs = {}
+    for epoch in (0, 1):
+        epochs[epoch] = [S.rank_indices(10, 3, rank, shuffle=True, seed=0, epoch=epoch) for rank in range(3)]
+    return dealing_figure(epochs, 10)
+
+
 FIGURES = {
     "00 parallelism_overview()": parallelism_overview,
+    "00 rank_map(2 nodes x 2)": lambda: rank_map(RANK_MAP_2X2),
+    "02 dealing_figure(10 on 3, 2 epochs)": dealing_10_on_3,
     "03 launch_tree(2 workers)": lambda: launch_tree([record(0), record(1)]),
     "04 ddp_step_timeline": lambda: ddp_step_timeline(NOTEBOOK_04_TIMELINE),
+    "04 state_strip(8 steps)": lambda: state_strip(
+        [StripRow(f"steps {k}-{k}\nsampler", {0: list(range(0, 32, 2)), 1: list(range(1, 32, 2))}, k % 2 == 0)
+         for k in range(6)] + [StripRow("step 0\nshuffle", {0: list(range(32))}, None)] * 2, list(range(32))),
+    "04 no_sync_timeline": lambda: no_sync_timeline(
+        [[e for e in NOTEBOOK_04_TIMELINE if e.startswith("grad")]] * 2 + [NOTEBOOK_04_TIMELINE]),
     "05 checkpoint_flow(events)": lambda: checkpoint_flow(restart_events(NOTEBOOK_05_EVENTS)),
     "05 checkpoint_flow()": checkpoint_flow,
     "01 draw_holdings": holdings_figure,

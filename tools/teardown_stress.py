@@ -1,7 +1,7 @@
 """Count exit aborts of the walkthrough's plain DDP scripts over many launches (`make stress`).
 
-    python tools/teardown_stress.py                 # 200 launches: steps 3, 4, 5 in turn
-    python tools/teardown_stress.py --launches 30 --scripts notebooks/walkthrough/step3_ddp.py
+    python tools/teardown_stress.py                 # 200 launches: steps 6, 7, 9 in turn
+    python tools/teardown_stress.py --launches 30 --scripts notebooks/walkthrough/step6_ddp.py
 
 Each launch is `torchrun --standalone --nproc-per-node=2 SCRIPT OUT`, one after another, with the
 CPU path forced (as in make test). A launch counts as an abort when torchrun exits non-zero or a
@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 WALKTHROUGH = ROOT / "notebooks" / "walkthrough"
-DEFAULT_SCRIPTS = [WALKTHROUGH / f"{name}.py" for name in ("step3_ddp", "step4_batch_size", "step5_rank0")]
+DEFAULT_SCRIPTS = [WALKTHROUGH / f"{name}.py" for name in ("step6_ddp", "step7_batch_size", "step9_rank0_save")]
 
 
 def launch(script: Path, out: Path, timeout: float) -> tuple[int, bool]:

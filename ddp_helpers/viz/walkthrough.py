@@ -6,14 +6,20 @@ is computed from the code that ran and cannot drift from it.
 
     script_diff("walkthrough/step2_sampler.py", "walkthrough/step3_ddp.py")
 
+Each step file opens with a docstring naming its step; the diff leaves it out (the
+notebook's text says what the step does), so every hunk is a line of code that changed.
+The hunk headers keep the files' real line numbers.
+
 In JupyterLab the diff is coloured (``_repr_html_``); plain-text front ends, nbval and
 the handouts' text fall back to the unified diff (``__repr__``).
 """
 
 from __future__ import annotations
 
+import ast
 import difflib
 import html
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,12 +54,39 @@ class ScriptDiff:
                 f'padding:4px;overflow-x:auto">{"".join(rows)}</div>')
 
 
+def _without_docstring(text: str) -> tuple[list[str], int]:
+    """The file's lines without its module docstring, and how many lines were dropped before the rest."""
+    lines = text.splitlines()
+    try:
+        body = ast.parse(text).body
+    except SyntaxError:  # not Python: compared whole
+        return lines, 0
+    first = body[0] if body else None
+    if (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            and isinstance(first.value.value, str)):
+        return lines[first.end_lineno:], first.end_lineno
+    return lines, 0
+
+
+def _shift(header: str, old_by: int, new_by: int) -> str:
+    """A hunk header with its start lines moved by the lines the docstrings took."""
+    def move(match: re.Match[str]) -> str:
+        sign, start, rest = match.group(1), int(match.group(2)), match.group(3) or ""
+        by = old_by if sign == "-" else new_by
+        return f"{sign}{start + by if start else start}{rest}"
+    return re.sub(r"([-+])(\d+)(,\d+)?", move, header)
+
+
 def script_diff(old: str | Path, new: str | Path, context: int = 2) -> ScriptDiff:
-    """The unified diff from file ``old`` to file ``new`` (``context`` unchanged lines around each change)."""
+    """The unified diff from file ``old`` to file ``new`` (``context`` unchanged lines around each change).
+
+    Module docstrings are left out of the comparison; hunk headers give the files' line numbers.
+    """
     old, new = Path(old), Path(new)
     for path in (old, new):
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found: the walkthrough steps live in notebooks/walkthrough/")
-    lines = difflib.unified_diff(old.read_text().splitlines(), new.read_text().splitlines(),
-                                 fromfile=old.name, tofile=new.name, lineterm="", n=context)
-    return ScriptDiff(old.name, new.name, tuple(lines))
+    (old_lines, old_by), (new_lines, new_by) = _without_docstring(old.read_text()), _without_docstring(new.read_text())
+    lines = difflib.unified_diff(old_lines, new_lines, fromfile=old.name, tofile=new.name, lineterm="", n=context)
+    return ScriptDiff(old.name, new.name,
+                      tuple(_shift(line, old_by, new_by) if line.startswith("@@") else line for line in lines))

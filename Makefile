@@ -149,7 +149,7 @@ gpu-check: $(STAMP)
 	$(BIN)/python tools/gpu_check.py $(if $(ONLY),--only '$(ONLY)') $(if $(REFERENCE),--reference-only)
 
 lint: $(STAMP)
-	$(BIN)/ruff check ddp_helpers tests tools notebooks
+	$(BIN)/ruff check ddp_helpers tests tools notebooks templates
 
 NB ?= $(NOTEBOOKS)
 execute: $(STAMP)

@@ -121,15 +121,16 @@ def test_an_error_in_the_learners_function_shows_that_function_not_the_check():
     assert "the learner's own bug" in shown and not re.search(r"File \S*ddp_helpers/exercises/", shown)
 
 
-def test_a_check_that_breaks_on_a_value_fails_with_a_hint_and_hides_its_source():
-    """A value that breaks the check itself (here: context of the wrong type) becomes a CheckFailed with a
+def test_a_check_that_breaks_on_a_value_fails_with_a_hint_and_hides_its_source(tmp_path):
+    """A value that breaks the check itself (here: a file that is not a snapshot) becomes a CheckFailed with a
     hint; no frame of the package is left, and no chained exception shows the check's source."""
-    err = failure(exercises.check_08_2, recall=[1.0], true_c=0, pred_c=1, confusion=None)
+    torch.save({"model": {}}, tmp_path / "not_a_snapshot.pt")  # no "state": the check breaks on it
+    err = failure(exercises.check_08_3, next_epoch=1, next_step=0, next_lr=0.1, snapshot=tmp_path / "not_a_snapshot.pt")
     assert frames_of(err) == [__name__]
-    assert str(err).startswith("Exercise 08.2: your answer could not be checked") and "\nHint: " in str(err)
+    assert str(err).startswith("Exercise 08.3: your answer could not be checked") and "\nHint: " in str(err)
     assert err.__context__ is None and err.__cause__ is None
     shown = str(ExceptionInfo.from_exception(err).getrepr(style="long", chain=True))
-    assert "ddp_helpers/exercises" not in shown and "confusion.diag" not in shown
+    assert "ddp_helpers/exercises" not in shown and "weights_only" not in shown
 
 
 def test_question_marks_show_no_check_body():

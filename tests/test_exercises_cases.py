@@ -284,18 +284,6 @@ def parts(sizes=(120, 120, 119), correct=(117, 118, 115)):
     return [EvalResult(loss=0.1, accuracy=c / n, correct=c, count=n) for n, c in zip(sizes, correct, strict=True)]
 
 
-LOG = [{"epoch": 0, "improved": True}, {"epoch": 1, "improved": True}, {"epoch": 2, "improved": False}]
-CONFUSION = torch.tensor([[5, 1, 0], [3, 6, 0], [0, 1, 7]])
-RECALL = CONFUSION.diag().double() / CONFUSION.sum(1).double()
-
-torch.manual_seed(1)
-MODEL8 = nn.Linear(6, 3)
-IMAGES, LABELS = torch.randn(40, 6), torch.randint(0, 3, (40,))
-with torch.no_grad():
-    PRED32 = MODEL8(IMAGES).argmax(1)
-PRED16 = PRED32.clone()
-PRED16[:4] = (PRED16[:4] + 1) % 3
-ACC32 = (PRED32 == LABELS).float().mean().item()
 
 
 def env(n):
@@ -458,14 +446,6 @@ RIGHT = {
     "07.3": [dict(res3=[record()] * 3, test_size=359), dict(res3={2: record(), 0: record(), 1: record()}, test_size=359)],
     "07.4": [dict(parts=parts(), pooled_acc=350 / 359, single=SINGLE),
              dict(parts=tuple(parts()), pooled_acc=np.float64(350 / 359), single=SINGLE)],
-    "08.1": [dict(log_p=LOG, test_p={"best_epoch": 1}, epochs=6),
-             dict(log_p=[{**r, "improved": True} for r in LOG][:3], test_p={"best_epoch": 2}, epochs=3)],
-    "08.2": [dict(recall=RECALL.float(), true_c=1, pred_c=0, confusion=CONFUSION),
-             dict(recall=RECALL.tolist(), true_c=torch.tensor(1), pred_c=np.int64(0), confusion=CONFUSION)],
-    "08.3": [dict(predictions_fp32=PRED32, changed=4, acc_fp32=ACC32, model=MODEL8, images=IMAGES, labels=LABELS,
-                  predictions=PRED16),
-             dict(predictions_fp32=PRED32.numpy(), changed=torch.tensor(4), acc_fp32=np.float32(ACC32), model=MODEL8,
-                  images=IMAGES, labels=LABELS, predictions=PRED16)],
     "09.1": [dict(group_rank=2, local_rank=1, world_size=24),
              dict(group_rank=np.int64(2), local_rank=torch.tensor(1), world_size=24.0)],
     "09.2": [dict(three_env=env(3), expected=env(3), _three=two_nodes()),
@@ -631,24 +611,6 @@ WRONG = {
                                     single=SINGLE)),
              ("two parts", dict(parts=parts()[:2], pooled_acc=350 / 359, single=SINGLE)),
              ("floats for parts", dict(parts=[0.97, 0.97, 0.97], pooled_acc=350 / 359, single=SINGLE))],
-    "08.1": [("ran past the first flat epoch", dict(log_p=LOG + [{"epoch": 3, "improved": False}],
-                                                    test_p={"best_epoch": 1}, epochs=6)),
-             ("last epoch's weights", dict(log_p=LOG, test_p={"best_epoch": 2}, epochs=6)),
-             ("no test record", dict(log_p=LOG, test_p={}, epochs=6)),
-             ("rows without epochs", dict(log_p=[{"improved": True}], test_p={"best_epoch": 0}, epochs=6))],
-    "08.2": [("precision", dict(recall=CONFUSION.diag() / CONFUSION.sum(0), true_c=1, pred_c=0, confusion=CONFUSION)),
-             ("transposed", dict(recall=RECALL, true_c=0, pred_c=1, confusion=CONFUSION)),
-             ("diagonal", dict(recall=RECALL, true_c=1, pred_c=1, confusion=CONFUSION)),
-             ("out of range", dict(recall=RECALL, true_c=7, pred_c=0, confusion=CONFUSION)),
-             ("short", dict(recall=RECALL[:2], true_c=1, pred_c=0, confusion=CONFUSION))],
-    "08.3": [("bf16 predictions", dict(predictions_fp32=PRED16, changed=4, acc_fp32=ACC32, model=MODEL8, images=IMAGES,
-                                       labels=LABELS, predictions=PRED16)),
-             ("a fraction for a count", dict(predictions_fp32=PRED32, changed=0.1, acc_fp32=ACC32, model=MODEL8,
-                                             images=IMAGES, labels=LABELS, predictions=PRED16)),
-             ("accuracy in percent", dict(predictions_fp32=PRED32, changed=4, acc_fp32=100 * ACC32, model=MODEL8,
-                                          images=IMAGES, labels=LABELS, predictions=PRED16)),
-             ("logits", dict(predictions_fp32=MODEL8(IMAGES).detach(), changed=4, acc_fp32=ACC32, model=MODEL8,
-                             images=IMAGES, labels=LABELS, predictions=PRED16))],
     "09.1": [("local rank 9", dict(group_rank=1, local_rank=9, world_size=24)),
              ("per-node world", dict(group_rank=2, local_rank=1, world_size=8)),
              ("swapped", dict(group_rank=1, local_rank=2, world_size=24)),
@@ -716,9 +678,9 @@ WRONG = {
 }
 
 
-# Notebooks 13 and 14 keep their cases next to their fixtures, with the same rules:
-# tests/test_exercises_nb13.py and tests/test_exercises_nb14.py.
-OWN_FILES = ("13.", "14.")
+# Notebooks 08, 13 and 14 keep their cases next to their fixtures, with the same rules:
+# tests/test_exercises_nb08.py (launches of real scripts), tests/test_exercises_nb13.py and tests/test_exercises_nb14.py.
+OWN_FILES = ("08.", "13.", "14.")
 
 
 def test_every_check_has_its_cases():

@@ -1,71 +1,178 @@
-"""Checks of notebook 08, the capstone: early stopping, per-class recall, float32 against bf16."""
+"""Checks of notebook 08, the capstone template: convert a single-process script to DDP, kill a rank and
+verify the resume, read where a preempted run continues."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import ast
+import json
+import math
+import shlex
+from pathlib import Path
+from typing import Any
 
+import numpy as np
 import torch
 
-from ddp_helpers.exercises.core import ATOL, Answer, Exercise, check, close, integer
+from ddp_helpers.exercises.core import Answer, Exercise, calls, check, close, find_file, flag, integer
+
+PLAIN_TRAIN_SIZE = 1400  # scripts/08_plain_digits.py trains on the first 1400 of the 1797 digits
+CONVERTED = "08_ex_ddp_digits.py"
+TEMPLATE_COPY = "train_ddp.py"  # the notebook's copy of templates/train_ddp.py
+
+
+def _out_of(command: str) -> str | None:
+    """The value of the worker script's ``--out`` argument in a launch command."""
+    try:
+        words = shlex.split(command or "")
+    except ValueError:
+        return None
+    return next((words[i + 1] for i, w in enumerate(words[:-1]) if w == "--out"), None)
+
+
+def _newer(path: Path, than: Path) -> bool:
+    return path.stat().st_mtime >= than.stat().st_mtime
+
+
+def _read_json(path: Path | None) -> Any:
+    try:
+        return json.loads(path.read_text()) if path is not None else None
+    except (OSError, ValueError):
+        return None
+
+
+def _launched(ex: Exercise, name: str, result: Any, script: str) -> Path:
+    """The launch ran ``script`` on 2 processes and rank 0 printed; returns the script found beside the notebook."""
+    ex.launched(name, result, 2)
+    path = ex.script_of(name, result.command, script)
+    ex.require(result.stdout.get(0), f"rank 0 of `{name}` printed nothing.", "run the script the exercise names.")
+    return path
+
+
+def _converted(tree: ast.Module) -> str | None:
+    """What the DDP conversion still lacks, or None."""
+    needed = {"init_process_group": "`dist.init_process_group(...)`", "DistributedSampler": "a `DistributedSampler`",
+              "set_epoch": "`sampler.set_epoch(epoch)` in the epoch loop"}
+    for name, what in needed.items():
+        if not calls(tree, name):
+            return what
+    if not (calls(tree, "DistributedDataParallel") or calls(tree, "DDP")):
+        return "the model wrapped in `DistributedDataParallel`"
+    return None
 
 
 @check
-def check_08_1(*, log_p: Answer[list[dict]], test_p: Answer[dict], epochs: int) -> None:
+def check_08_1(*, converted: Answer[Any]) -> None:
     ex = Exercise("08.1")
-    ex.given(log_p=log_p, test_p=test_p)
-    log, test = log_p, test_p
-    ex.require(isinstance(log, list | tuple) and log and all(isinstance(r, dict) and "improved" in r and "epoch" in r
-                                                             for r in log),
-               "`log_p` is not the run's epoch log.",
-               "`log_p, test_p = load_run(\"patience1\")` after launching with --out runs/08_capstone/patience1.")
-    ex.require(isinstance(test, dict) and "best_epoch" in test, "`test_p` is not the run's test record.",
-               "the second value `load_run(\"patience1\")` returns.")
-    ex.require([r["epoch"] for r in log] == list(range(len(log))), "`log_p` does not hold one row per epoch from 0.",
-               "load the run's metrics.json unchanged.")
-    first_flat = next((row["epoch"] for row in log if not row["improved"]), None)
-    ex.require(len(log) == (first_flat + 1 if first_flat is not None else epochs),
-               "the run did not end at its first epoch without improvement.",
-               "launch with env {..., \"PATIENCE\": \"1\"}.")
-    ex.require(test["best_epoch"] == max(r["epoch"] for r in log if r["improved"]),
-               "the test evaluation did not use the best epoch's weights.", "read `best_epoch` of the test record.")
+    ex.given(converted=converted)
+    script = _launched(ex, "converted", converted, CONVERTED)
+    ex.every_rank("converted", converted, 2)
+    missing = _converted(ex.tree_of(script))
+    ex.require(missing is None, f"{CONVERTED} lacks {missing}.",
+               "start from scripts/08_plain_digits.py and add the four DDP pieces of section 1's table.")
+    per_rank = math.ceil(PLAIN_TRAIN_SIZE / 2)
+    for rank in (0, 1):
+        counts = [int(w) for line in converted.stdout[rank] if "samples per epoch" in line
+                  for w in line.replace(":", " ").split() if w.isdigit()]
+        ex.require(per_rank in counts,
+                   f"rank {rank} did not print that it trained on its half of the {PLAIN_TRAIN_SIZE} samples.",
+                   "print `len(sampler)` on every rank, e.g. `rank 0: 700 samples per epoch`; if it prints 1400, "
+                   "the DataLoader does not use the DistributedSampler.")
+    out = _out_of(converted.command)
+    found = find_file(Path(out) / "result.json") if out else None
+    ex.require(found is not None, "the launch wrote no result.json into its --out folder.",
+               "keep the plain script's `--out` argument and its result.json, written by rank 0 only.")
+    ex.require(_newer(found, script), "result.json is older than the script: it was left by an earlier run.",
+               "launch the script again after writing it.")
+    result = _read_json(found)
+    ex.require(isinstance(result, dict) and result.get("world_size") == 2,
+               "result.json does not record a world size of 2.",
+               "write `dist.get_world_size()` as \"world_size\" next to the test accuracy.")
+    ex.require(isinstance(result.get("test_accuracy"), float) and result["test_accuracy"] >= 0.85,
+               "the converted run's test accuracy is below 85% (the plain script reaches more).",
+               "per-rank batch = 64 // world size keeps the optimisation of the plain script; evaluate on all "
+               "test samples.")
     ex.correct()
 
 
 @check
-def check_08_2(*, recall: Answer[Sequence[float] | torch.Tensor], true_c: Answer[int], pred_c: Answer[int],
-               confusion: torch.Tensor) -> None:
+def check_08_2(*, killed_again: Answer[Any], equal: Answer[bool], reference: str | Path) -> None:
     ex = Exercise("08.2")
-    ex.given(recall=recall, true_c=true_c, pred_c=pred_c)
-    truth = confusion.diag().double() / confusion.sum(1).double()
-    got = torch.as_tensor(recall, dtype=torch.float64).flatten()
-    ex.require(got.shape == truth.shape and torch.allclose(got, truth, atol=ATOL),
-               f"`recall` is not correct / true count per class (atol {ATOL}).",
-               "rows of the confusion matrix are the true classes: diag / row sums.")
-    off = confusion.clone()
-    off.fill_diagonal_(0)
-    t, p = integer(true_c), integer(pred_c)
-    ex.require(t is not None and p is not None and t != p and 0 <= t < len(off) and 0 <= p < len(off)
-               and off[t, p] == off.max(),
-               "(true_c, pred_c) is not a largest off-diagonal entry.",
-               "zero the diagonal, take argmax and turn the flat index into (row, column) with divmod.")
+    ex.given(killed_again=killed_again, equal=equal)
+    script = _launched(ex, "killed_again", killed_again, TEMPLATE_COPY)
+    value = flag(killed_again.command, "--max-restarts")
+    restarts = int(value) if value is not None and value.isdigit() else 0
+    ex.require(restarts >= 1, "the launch did not allow torchrun to restart the ranks.",
+               "pass `torchrun_args=[\"--max-restarts=1\"]`.")
+    lines = killed_again.stdout[0]
+    resumed = [i for i, line in enumerate(lines) if line.startswith("attempt 1: resumed at epoch")]
+    ex.require(resumed, "no rank was restarted: rank 0 never printed `attempt 1: resumed ...`.",
+               "set the template's FAULT=kill and FAULT_AT_STEP (a step inside the run) in `env=`.")
+    trained = [line.split(":")[0] for line in lines[:resumed[0]] if line.startswith("epoch ")]
+    ex.require(lines[0].startswith("attempt 0: new run") and trained,
+               "the first attempt did not start a new run and finish an epoch before the kill.",
+               "empty the --out folder before launching (shutil.rmtree), and kill at a step after epoch 0.")
+    out = _out_of(killed_again.command)
+    run = find_file(Path(out) / "log.json") if out else None
+    ex.require(run is not None and _newer(run, script), "the run's log.json is missing or older than the script.",
+               "launch PROGRAM, the copied template, with `--out` a new folder.")
+    log = _read_json(run)
+    ex.require(isinstance(log, list) and all(isinstance(row, dict) for row in log) and
+               [(row.get("epoch"), row.get("attempt")) for row in log][-len(_printed(lines)):] == _printed(lines),
+               "the run's log.json does not hold the epochs (and attempts) this launch printed.",
+               "launch into a folder of its own, emptied first.")
+    folder, ref = run.parent, find_file(Path(reference) / "final.pt")
+    ex.require(ref is not None and (folder / "final.pt").is_file(), "a final.pt is missing.",
+               "run the uninterrupted launch of section 2 first, and let the killed run finish.")
+    ex.require(_read_json(folder / "config.json") == _read_json(ref.parent / "config.json"),
+               "the killed run's config differs from the uninterrupted run's, so their weights cannot be compared.",
+               "launch with the same flags (ARGS) as section 2.")
+    mine, theirs = (torch.load(p, weights_only=True) for p in (folder / "final.pt", ref))
+    truth = mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+    ex.require(truth, "the resumed run did not end with the uninterrupted run's weights.",
+               "kill with FAULT=kill (the template's hook) and change nothing else: same flags, same knobs.")
+    ex.require(_boolean(equal) is True, "`equal` is not whether every final tensor of the two runs is exactly equal.",
+               "load both final.pt with torch.load(..., weights_only=True) and compare each tensor with torch.equal.")
     ex.correct()
 
 
+def _printed(lines: list[str]) -> list[tuple[int, int | None]]:
+    """(epoch, attempt) of every epoch line rank 0 printed, the attempt from the last `attempt N:` line."""
+    printed, attempt = [], None
+    for line in lines:
+        words = line.replace(":", " ").split()
+        if len(words) > 1 and words[0] in ("attempt", "epoch") and words[1].isdigit():
+            if words[0] == "attempt":
+                attempt = int(words[1])
+            else:
+                printed.append((int(words[1]), attempt))
+    return printed
+
+
+def _boolean(value: object) -> bool | None:
+    """A bool, a numpy bool or a one-element bool tensor as bool (None otherwise)."""
+    if isinstance(value, torch.Tensor):
+        return bool(value.item()) if value.numel() == 1 and value.dtype == torch.bool else None
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    return None
+
+
 @check
-def check_08_3(*, predictions_fp32: Answer[torch.Tensor], changed: Answer[int], acc_fp32: Answer[float],
-               model: torch.nn.Module, images: torch.Tensor, labels: torch.Tensor,
-               predictions: torch.Tensor) -> None:
+def check_08_3(*, next_epoch: Answer[int], next_step: Answer[int], next_lr: Answer[float],
+               snapshot: str | Path) -> None:
     ex = Exercise("08.3")
-    ex.given(predictions_fp32=predictions_fp32, changed=changed, acc_fp32=acc_fp32)
-    with torch.no_grad():
-        truth = model(images).argmax(1)
-    got = torch.as_tensor(predictions_fp32)
-    ex.require(got.shape == truth.shape and torch.equal(got.to(truth.dtype), truth),
-               "`predictions_fp32` are not the float32 predictions of the best weights.",
-               "run the model outside autocast, under torch.no_grad(), and take argmax(1).")
-    ex.require(integer(changed) == int((truth != predictions).sum()),
-               "`changed` does not count the predictions that differ from the bf16 ones.",
-               "compare with `predictions`.")
-    ex.require(close(acc_fp32, (truth == labels).double().mean().item(), abs_tol=ATOL),
-               f"`acc_fp32` is not the float32 accuracy (atol {ATOL}).", "the mean of (predictions_fp32 == labels).")
+    ex.given(next_epoch=next_epoch, next_step=next_step, next_lr=next_lr)
+    path = find_file(snapshot) if isinstance(snapshot, str | Path) else None
+    ex.require(path is not None, f"the snapshot {snapshot} cannot be found.", "run section 4 of the notebook first.")
+    snap = torch.load(path, map_location="cpu", weights_only=True)
+    state = snap["state"]
+    ex.require(integer(next_epoch) == state["epoch"], "`next_epoch` is not the epoch the next launch continues.",
+               "the snapshot's \"state\" says where the loop stopped; a preempted epoch is continued, not skipped.")
+    ex.require(integer(next_step) == state["step"],
+               "`next_step` is not the number of batches of that epoch the next launch skips.",
+               "the preempted rank finished its step before saving: read `state[\"step\"]`.")
+    lr = snap["optimizer"]["param_groups"][0]["lr"]
+    ex.require(close(next_lr, lr, rel_tol=1e-12),
+               "`next_lr` is not the learning rate the next optimizer step uses.",
+               "the scheduler stepped after every optimizer step; the optimizer's param_groups hold the LR it set.")
     ex.correct()

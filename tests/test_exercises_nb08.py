@@ -1,0 +1,186 @@
+"""The checks of notebook 08: each accepts right answers in other forms and refuses wrong ones (a silent
+script, a script without DistributedSampler, a launch without --max-restarts, files left by an older run,
+copied values) with a hint that does not give the answer. Fake launch results name real files written here;
+one real launch of a wrong conversion shows the check refusing what a run really produced.
+``RIGHT08`` and ``WRONG08`` have the shape of tests/test_exercises_cases.py's RIGHT and WRONG."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from ddp_helpers import exercises
+from ddp_helpers.launch import LaunchResult, torchrun
+from ddp_helpers.series import NOTEBOOK_DIR, ROOT
+
+TMP = Path(tempfile.mkdtemp(prefix="exercise_nb08_"))
+atexit.register(shutil.rmtree, TMP, ignore_errors=True)
+
+
+def solution(prefix: str) -> str:
+    """The notebook's own %%writefile solution cell for ``prefix`` (its script, without the magic line)."""
+    cells = json.loads((NOTEBOOK_DIR / "08_capstone_digits.ipynb").read_text())["cells"]
+    cell = next(c for c in cells if "".join(c["source"]).startswith(f"%%writefile scripts/{prefix}"))
+    return "".join(cell["source"]).split("\n", 1)[1]
+
+
+def launch(script: Path, stdout: dict, *, flags: str = "", out: Path | None = None, nproc: int = 2) -> LaunchResult:
+    args = f" --out {out}" if out is not None else ""
+    return LaunchResult(command=f"torchrun --standalone --nproc-per-node={nproc} {flags} -- {script}{args}".replace(
+        "  ", " "), stdout=stdout, seconds=1.0)
+
+
+def folder(name: str, files: dict, *, older_than: Path | None = None) -> Path:
+    """A run folder holding ``files`` (JSON values, or tensors for .pt), optionally dated before a script."""
+    path = TMP / name
+    path.mkdir(parents=True, exist_ok=True)
+    for file, value in files.items():
+        if file.endswith(".pt"):
+            torch.save(value, path / file)
+        else:
+            (path / file).write_text(json.dumps(value))
+        if older_than is not None:
+            t = older_than.stat().st_mtime - 60
+            os.utime(path / file, (t, t))
+    return path
+
+
+# --- 08.1: the conversion -----------------------------------------------------------------------------
+SCRIPTS1 = TMP / "s1"
+SCRIPTS1.mkdir()
+CONVERTED = SCRIPTS1 / "08_ex_ddp_digits.py"
+CONVERTED.write_text(solution("08_ex_ddp_digits.py"))
+(TMP / "s1b").mkdir()
+QUALIFIED = TMP / "s1b" / "08_ex_ddp_digits.py"  # DDP spelled in full, another print
+QUALIFIED.write_text(solution("08_ex_ddp_digits.py").replace("model = DDP(", "model = torch.nn.parallel.DistributedDataParallel(")
+                     .replace('print(f"rank {rank}: {len(sampler)} samples per epoch")',
+                              'print(f"rank {rank} trains on {len(sampler)} samples per epoch")'))
+(TMP / "s1c").mkdir()
+NO_SAMPLER = TMP / "s1c" / "08_ex_ddp_digits.py"
+NO_SAMPLER.write_text(solution("08_ex_ddp_digits.py").replace(
+    "sampler = DistributedSampler(train, shuffle=True, seed=0)", "sampler = range(len(train))").replace(
+    "    sampler.set_epoch(epoch)\n", ""))
+RESULT_OK = folder("ex1", {"result.json": {"test_accuracy": 0.95, "world_size": 2}})
+RESULT_OLD = folder("ex1_old", {"result.json": {"test_accuracy": 0.95, "world_size": 2}}, older_than=CONVERTED)
+RESULT_ONE = folder("ex1_one", {"result.json": {"test_accuracy": 0.95, "world_size": 1}})
+HALVES = {0: ["rank 0: 700 samples per epoch", "epoch 0: loss 0.5", "test accuracy 0.95"],
+          1: ["rank 1: 700 samples per epoch"]}
+WHOLE = {0: ["rank 0: 1400 samples per epoch"], 1: ["rank 1: 1400 samples per epoch"]}
+
+# --- 08.2: the killed run -----------------------------------------------------------------------------
+COPY = TMP / "s2" / "train_ddp.py"
+COPY.parent.mkdir()
+shutil.copyfile(ROOT / "templates" / "train_ddp.py", COPY)
+CONFIG = {"epochs": 3, "global_batch": 64, "lr": 3e-3, "weight_decay": 1e-4, "clip": 1.0, "workers": 1, "seed": 0,
+          "world_size": 2}
+torch.manual_seed(0)
+WEIGHTS = {"0.weight": torch.randn(4, 3), "0.bias": torch.randn(4)}
+OTHER = {k: v + 1e-7 for k, v in WEIGHTS.items()}
+
+
+def log(attempts):
+    return [{"epoch": e, "attempt": a, "train_loss": 0.5, "lr": 1e-3} for e, a in enumerate(attempts)]
+
+
+REFERENCE = folder("straight", {"config.json": CONFIG, "final.pt": WEIGHTS, "log.json": log([0, 0, 0])})
+KILLED = folder("ex2", {"config.json": CONFIG, "final.pt": WEIGHTS, "log.json": log([0, 0, 1])})
+DIFFERENT = folder("ex2_diff", {"config.json": CONFIG, "final.pt": OTHER, "log.json": log([0, 0, 1])})
+STALE = folder("ex2_stale", {"config.json": CONFIG, "final.pt": WEIGHTS, "log.json": log([0, 0, 1])}, older_than=COPY)
+OTHER_CUT = folder("ex2_cut", {"config.json": CONFIG, "final.pt": WEIGHTS, "log.json": log([0, 1, 1])})
+HEAD = "; 2 processes x batch 32 = global batch 64, 1 loader workers per process"
+RESTARTED = {0: ["attempt 0: new run" + HEAD, "epoch 0: train loss 0.5", "epoch 1: train loss 0.4",
+                 "attempt 1: resumed at epoch 2 step 0" + HEAD, "epoch 2: train loss 0.3", "test: accuracy 0.9"],
+             1: []}
+UNKILLED = {0: ["attempt 0: new run" + HEAD, "epoch 0: x", "epoch 1: x", "epoch 2: x", "test: accuracy 0.9"], 1: []}
+FINISHED = {0: ["attempt 0: resumed at epoch 3 step 0" + HEAD, "test: accuracy 0.9"], 1: []}
+RESTARTS = "--max-restarts=1"
+
+# --- 08.3: the preempted snapshot -------------------------------------------------------------------
+SNAPSHOT = TMP / "preempted_snapshot.pt"
+torch.save({"state": {"epoch": 1, "step": 11, "sums": [1.0, 2.0], "history": []},
+            "optimizer": {"param_groups": [{"lr": 0.0021875}]}, "scheduler": {"_last_lr": [0.0021875]}}, SNAPSHOT)
+
+RIGHT08 = {
+    "08.1": [dict(converted=launch(CONVERTED, HALVES, out=RESULT_OK)),
+             dict(converted=launch(QUALIFIED, {0: ["rank 0 trains on 700 samples per epoch"],
+                                               1: ["rank 1 trains on 700 samples per epoch"]}, out=RESULT_OK))],
+    "08.2": [dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED), equal=True, reference=REFERENCE),
+             dict(killed_again=launch(COPY, RESTARTED, flags="--max-restarts 3", out=KILLED), equal=torch.tensor(True),
+                  reference=str(REFERENCE)),
+             dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED), equal=np.bool_(True),
+                  reference=REFERENCE)],
+    "08.3": [dict(next_epoch=1, next_step=11, next_lr=0.0021875, snapshot=SNAPSHOT),
+             dict(next_epoch=np.int64(1), next_step=torch.tensor(11), next_lr=np.float64(0.0021875),
+                  snapshot=str(SNAPSHOT))],
+}
+WRONG08 = {
+    "08.1": [("a silent rank", dict(converted=launch(CONVERTED, {0: HALVES[0], 1: []}, out=RESULT_OK))),
+             ("no DistributedSampler", dict(converted=launch(NO_SAMPLER, WHOLE, out=RESULT_OK))),
+             ("each rank saw everything", dict(converted=launch(CONVERTED, WHOLE, out=RESULT_OK))),
+             ("files from an older run", dict(converted=launch(CONVERTED, HALVES, out=RESULT_OLD))),
+             ("one process", dict(converted=launch(CONVERTED, {0: HALVES[0]}, out=RESULT_OK, nproc=1))),
+             ("world size 1 recorded", dict(converted=launch(CONVERTED, HALVES, out=RESULT_ONE))),
+             ("no --out", dict(converted=launch(CONVERTED, HALVES))),
+             ("another script", dict(converted=launch(COPY, HALVES, out=RESULT_OK)))],
+    "08.2": [("no --max-restarts", dict(killed_again=launch(COPY, RESTARTED, out=KILLED), equal=True,
+                                        reference=REFERENCE)),
+             ("nothing killed", dict(killed_again=launch(COPY, UNKILLED, flags=RESTARTS, out=KILLED), equal=True,
+                                     reference=REFERENCE)),
+             ("a finished run relaunched", dict(killed_again=launch(COPY, FINISHED, flags=RESTARTS, out=KILLED),
+                                                equal=True, reference=REFERENCE)),
+             ("files from an older run", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=STALE),
+                                              equal=True, reference=REFERENCE)),
+             ("a log of another cut", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=OTHER_CUT),
+                                           equal=True, reference=REFERENCE)),
+             ("weights differ", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=DIFFERENT), equal=True,
+                                     reference=REFERENCE)),
+             ("equal said False", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED), equal=False,
+                                       reference=REFERENCE)),
+             ("equal as a string", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED), equal="True",
+                                        reference=REFERENCE))],
+    "08.3": [("the step in progress", dict(next_epoch=1, next_step=10, next_lr=0.0021875, snapshot=SNAPSHOT)),
+             ("the epoch skipped", dict(next_epoch=2, next_step=0, next_lr=0.0021875, snapshot=SNAPSHOT)),
+             ("a fresh schedule's LR", dict(next_epoch=1, next_step=11, next_lr=3e-3 / 25, snapshot=SNAPSHOT)),
+             ("the LR as a list", dict(next_epoch=1, next_step=11, next_lr=[0.0021875], snapshot=SNAPSHOT))],
+}
+
+
+def test_every_check_of_08_has_its_cases():
+    ids = [i for i in exercises.exercise_ids() if i.startswith("08.")]
+    assert ids == ["08.1", "08.2", "08.3"] and set(RIGHT08) == set(WRONG08) == set(ids)
+    for exid in ids:
+        assert len(RIGHT08[exid]) >= 2 and len(WRONG08[exid]) >= 3, exid
+
+
+@pytest.mark.parametrize(("exid", "i"), [(e, i) for e, cases in RIGHT08.items() for i in range(len(cases))])
+def test_right_answers_in_other_forms_pass(exid, i, capsys):
+    exercises.CHECKS[exid](**RIGHT08[exid][i])
+    assert capsys.readouterr().out == f"✓ Exercise {exid}: correct\n"
+
+
+@pytest.mark.parametrize(("exid", "label"), [(e, label) for e, cases in WRONG08.items() for label, _ in cases])
+def test_wrong_answers_fail_with_a_hint(exid, label):
+    with pytest.raises(exercises.CheckFailed) as info:
+        exercises.CHECKS[exid](**dict(WRONG08[exid])[label])
+    text = str(info.value)
+    assert text.startswith(f"Exercise {exid}: ") and "\nHint: " in text and "def check_" not in text
+
+
+def test_a_real_launch_of_a_conversion_without_distributed_sampler_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "scripts").mkdir()
+    shutil.copyfile(NO_SAMPLER, tmp_path / "scripts" / "08_ex_ddp_digits.py")
+    converted = torchrun("scripts/08_ex_ddp_digits.py", nproc=2, args=["--out", "runs/ex1", "--epochs", "1"],
+                         env={"CUDA_VISIBLE_DEVICES": ""}, timeout=120, live="quiet", summary=False)
+    assert converted.stdout[1] == ["rank 1: 1400 samples per epoch"]  # each rank trained on everything
+    with pytest.raises(exercises.CheckFailed) as info:
+        exercises.check_08_1(converted=converted)
+    assert "DistributedSampler" in str(info.value)

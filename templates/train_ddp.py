@@ -18,6 +18,7 @@ import time
 
 import torch
 import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401  before init_process_group, or it holds the group at exit (notebook 04)
 import torch.nn.functional as F
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
@@ -224,6 +225,7 @@ def main() -> None:
                 save(epoch, step + 1, [s.tolist() for s in per_rank])
                 if rank == 0:
                     print(f"SIGTERM: stopped after epoch {epoch} step {step + 1}, snapshot saved")
+                model = None  # nothing may hold the group when it is destroyed (notebook 04, "Ending the group")
                 dist.destroy_process_group()
                 return  # exit code 0: the scheduler may relaunch; the run resumes from the snapshot
         dist.all_reduce(sums)
@@ -246,6 +248,8 @@ def main() -> None:
         with open(os.path.join(out, "result.json"), "w") as f:
             json.dump({"test_loss": test_loss, "test_accuracy": test_acc, "test_count": len(test_ds)}, f)
         print(f"test: accuracy {test_acc:.4f} on {len(test_ds)} images")
+    dist.barrier()  # every rank is done with the group before any rank frees it
+    model = None  # the DDP model holds the group: drop it first
     dist.destroy_process_group()
 
 

@@ -154,18 +154,19 @@ def part_label(title: str, o: Outline, part: Part) -> str:
 
 # The day plans, in series order (each notebook builds on the ones before). A Part's minutes come from the
 # notebook (part_minutes); tests/test_handouts.py checks that every day fits its blocks.
-# Half a day: the first launch, the collectives, what a sampler does, and a first DDP model (04's walkthrough).
+# Half a day: the first launch, the collectives, what a sampler does, and a first DDP model (00's walkthrough).
 HALF_DAY = (Part("00", exercises=(1,)), Part("01", (1, 2), (), demo=(4,)), Part("02", (1, 2, 3), (1,)),
-            Part("04", (0, 1, 2, 3, 4, 5, 6), (1,)))
-# One day, "DDP core": 00-03 skimmed so that the day reaches DDP (04), checkpoints (05) and the capstone (08).
+            Part("04", (1, 2, 3, 4), ()))
+# One day, "DDP core": your script on DDP in the first hour (00), 01-03 skimmed, what DDP does (04),
+# checkpoints (05) and the capstone template (08).
 CORE_DAY = (Part("00", exercises=(1,)), Part("01", (1, 2, 3), (), demo=(4,)), Part("02", (1, 2, 3, 8), (1,)),
-            Part("03", (1, 6, 8), ()), Part("04", (0, 1, 2, 3, 4, 5, 6, 7, 8, 9), (1, 2)),
+            Part("03", (1, 6, 8), ()), Part("04", (1, 2, 3, 4, 5, 6, 7), (1, 2)),
             Part("05", (1, 2, 3, 4, 5, 6, 7), (1, 2)), Part("08", exercises=(1, 2)))
 # Two and three days: every notebook, each once; what is not done in class is homework.
 TWO_DAYS = (
     (Part("00", exercises=(1,)), Part("01", exercises=(1,)), Part("02", exercises=(1, 2)),
      Part("03", (1, 2, 4, 5, 6, 7, 8), (1,)), Part("04", exercises=(1, 2))),
-    (Part("05", exercises=(1,)), Part("06", (1, 2, 3, 4, 6), (1,)), Part("07", exercises=(1,)),
+    (Part("05", exercises=(1,)), Part("06", (1, 2, 3, 4), (1,)), Part("07", exercises=(1,)),
      Part("08", exercises=(1,)), Part("09", (1, 3, 4), ()), Part("10", (1, 2, 6), ()),
      Part("11", (1, 4), ()), Part("12", (3,), ()), Part("13", (1,), ()), Part("14", (2,), ())),
 )

@@ -5,7 +5,12 @@
 * :mod:`~ddp_helpers.viz.timelines` - a DDP step's buckets against backward (04), checkpoints and restarts (05);
 * :mod:`~ddp_helpers.viz.ring_widget` - the ring all-reduce stepper (01);
 * :mod:`~ddp_helpers.viz.sampler_explorer` - what DistributedSampler hands each rank (02);
-* :mod:`~ddp_helpers.viz.walkthrough` - the walkthrough's steps as coloured diffs (04).
+* :mod:`~ddp_helpers.viz.dealing` - the sampler as card-dealing: an epoch's order coloured by rank (02);
+* :mod:`~ddp_helpers.viz.rank_map` - nodes, processes, ranks, devices and the store of a launch (00);
+* :mod:`~ddp_helpers.viz.walkthrough` - the walkthrough's steps as coloured diffs (00);
+* :mod:`~ddp_helpers.viz.state_strip` - per walkthrough step, each rank's shard and whether weights agree (00);
+* :mod:`~ddp_helpers.viz.accumulation` - gradient accumulation with ``no_sync`` on a step timeline (04);
+* :mod:`~ddp_helpers.viz.planner_widget` - the memory and traffic planner (11-14).
 
 Nothing here computes what it shows: the data comes from the topic modules (``ring``,
 ``samplers``, ``buckets``, ``checkpoint``, ``processes``), the same code the workers run.

@@ -1,10 +1,10 @@
 """Show how one training script becomes a DDP script, one change at a time.
 
-The steps are real files (``notebooks/walkthrough/step*.py``) that notebook 04 runs;
+The steps are real files (``notebooks/walkthrough/step*.py``) that notebook 00 runs;
 :func:`script_diff` renders the change between two of them, so the text a learner reads
 is computed from the code that ran and cannot drift from it.
 
-    script_diff("walkthrough/step2_sampler.py", "walkthrough/step3_ddp.py")
+    script_diff("walkthrough/step5_hand_average.py", "walkthrough/step6_ddp.py")
 
 Each step file opens with a docstring naming its step; the diff leaves it out (the
 notebook's text says what the step does), so every hunk is a line of code that changed.

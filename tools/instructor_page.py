@@ -402,8 +402,8 @@ from ddp_helpers import torchrun
 cells = json.loads(pathlib.Path('00_orientation.ipynb').read_text())['cells']
 src = next(''.join(c['source']) for c in cells if ''.join(c['source']).startswith('%%writefile scripts/00_hello.py'))
 pathlib.Path('scripts/00_hello.py').write_text(src.split('\\n', 1)[1])
-run = torchrun('scripts/00_hello.py', nproc=2)
-assert all(out[-1].endswith('all_reduce(rank+1)=3') for out in run.stdout.values()), run.stdout
+run = torchrun('scripts/00_hello.py', nproc=2, nnodes=2)
+assert all(out[-1].endswith('all_reduce(rank+1)=10') for out in run.stdout.values()), run.stdout
 print('machine check passed')\""""
 
 

@@ -22,10 +22,17 @@ import inspect
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ddp_helpers.models import seeded
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from torch.distributed.pipelining.stage import _PipelineStageBase
 
 # What a recorded stage call was: F forward, B full backward, I input-gradient backward only
 # (zero-bubble schedules), W weight-gradient backward.
@@ -68,11 +75,12 @@ class Spin(nn.Module):
 
 def make_mlp(dim: int = 16, blocks: int = 8, seed: int = 0, spin_rounds: int = 0) -> nn.Sequential:
     """``blocks`` blocks of Linear(dim, dim) + Tanh (+ a :class:`Spin` when ``spin_rounds``), seeded:
-    every rank that calls it with the same arguments builds the same model."""
-    torch.manual_seed(seed)
-    layers = [nn.Sequential(nn.Linear(dim, dim), nn.Tanh(), *([Spin(spin_rounds)] if spin_rounds else []))
-              for _ in range(blocks)]
-    return nn.Sequential(*layers)
+    every rank that calls it with the same arguments builds the same model. The caller's random
+    state is left as it was (:func:`~ddp_helpers.models.seeded`)."""
+    with seeded(seed):
+        return nn.Sequential(*(nn.Sequential(nn.Linear(dim, dim), nn.Tanh(),
+                                             *([Spin(spin_rounds)] if spin_rounds else []))
+                               for _ in range(blocks)))
 
 
 class _Wait(torch.autograd.Function):
@@ -115,9 +123,8 @@ class CostedBlock(nn.Module):
 def make_costed_mlp(dim: int, blocks: int, forward_s: float, input_grad_s: float, weight_grad_s: float,
                     seed: int = 0, sleep: Callable[[float], None] = time.sleep) -> nn.Sequential:
     """``blocks`` :class:`CostedBlock` s, initialised from ``seed`` without touching the caller's
-    random state."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
+    random state (:func:`~ddp_helpers.models.seeded`)."""
+    with seeded(seed):
         return nn.Sequential(*(CostedBlock(dim, forward_s, input_grad_s, weight_grad_s, sleep)
                                for _ in range(blocks)))
 
@@ -158,14 +165,14 @@ class StageTimer:
         self.clock = clock
         self.events: list[Event] = []
 
-    def wrap(self, stage) -> None:
+    def wrap(self, stage: _PipelineStageBase) -> None:
         for name in self._METHODS:
             setattr(stage, name, self._timed(getattr(stage, name), name, stage.stage_index))
 
     def _timed(self, method: Callable, name: str, stage_index: int) -> Callable:
         signature = inspect.signature(method)
 
-        def timed(*args, **kwargs):
+        def timed(*args: object, **kwargs: object) -> object:
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
             if name == "forward_one_chunk":
@@ -328,14 +335,14 @@ class SavedBytes:
         self._hooks.__enter__()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self._hooks.__exit__(*exc)
 
 
 _COLORS = {"F": "#4c72b0", "B": "#dd8452", "I": "#c44e52", "W": "#55a868"}
 
 
-def draw_timeline(ax, events_by_rank: Sequence[Iterable[Event | dict]], title: str = "") -> None:
+def draw_timeline(ax: Axes, events_by_rank: Sequence[Iterable[Event | dict]], title: str = "") -> None:
     """One row per rank, one box per stage call (F blue, B orange, I red, W green), labelled with
     the microbatch and, where a rank owns several stages, the stage (``2:F1``). Times from the
     step's first call, in milliseconds."""

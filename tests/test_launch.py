@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -13,7 +14,7 @@ import time
 import psutil
 import pytest
 
-from ddp_helpers import LaunchTimeout, WorkerFailed, torchrun
+from ddp_helpers import LaunchTimeout, WorkerFailed, launch, torchrun
 
 MARK = "ddp_launch_test_"  # every worker script of this file has it in its name
 
@@ -72,6 +73,9 @@ def test_success_summary_is_rank_ordered(tmp_path, capsys):
 
 def test_failing_rank_is_named_with_its_traceback(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # as in a notebook: the script path is relative
+    own_tmp = tmp_path / "tmp"   # where this launch's failures folder goes, seen by no other test
+    own_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(own_tmp))
     script = write(tmp_path, "fail", """
         import torch.distributed as dist
         from ddp_helpers.runtime import distributed
@@ -87,6 +91,18 @@ def test_failing_rank_is_named_with_its_traceback(tmp_path, monkeypatch):
     assert err.traceback_tail.splitlines()[-1] == "ValueError: boom on rank one"
     assert "rank 1 failed first" in str(err)
     assert f'File "{script.name}", line 6' in err.traceback_tail  # this machine's paths shortened
+    assert list(own_tmp.iterdir()) == []  # the failures folder the rank wrote to is gone after a failure too
+
+
+def test_a_process_that_outlives_its_output_is_a_timeout(tmp_path, monkeypatch):
+    # an agent that closes its output and keeps running: the wait after the output ends times out too
+    silent = [sys.executable, "-c", f"import os, time; os.close(1); os.close(2); time.sleep(120)  # {MARK}"]
+    monkeypatch.setattr(launch, "_with_parent_death_signal", lambda argv: silent)
+    start = time.monotonic()
+    with pytest.raises(LaunchTimeout, match="after its output ended"):
+        torchrun(write(tmp_path, "hello", HELLO), nproc=1, timeout=3, live="quiet")
+    assert time.monotonic() - start < 3 + 15
+    assert not leftovers()
 
 
 def test_failure_before_init_is_named_too(tmp_path):

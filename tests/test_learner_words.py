@@ -22,9 +22,11 @@ from pathlib import Path
 
 import pytest
 
+from ddp_helpers import series
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_DIR = ROOT / "notebooks"
-NOTEBOOKS = sorted(NOTEBOOK_DIR.glob("[0-9][0-9]_*.ipynb"))
+NOTEBOOKS = series.notebooks()
 
 WRITEFILE = re.compile(r"^%%writefile\s+(?:-a\s+|--append\s+)?(\S+)", re.MULTILINE)
 WORDS = [  # (rule, pattern): names and words of the source tutorials

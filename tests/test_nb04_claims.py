@@ -11,7 +11,7 @@ from pathlib import Path
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from ddp_helpers import runtime
+from ddp_helpers import runtime, series
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 NB04 = json.loads((NOTEBOOKS / "04_ddp_fundamentals.ipynb").read_text())
@@ -55,9 +55,7 @@ GLOBAL_RANK_DEVICE = re.compile(r"device_ids=\[(ctx\.)?rank\]|\.to\((ctx\.)?rank
 
 
 def test_no_worker_script_indexes_a_gpu_by_the_global_rank():
-    scripts = {m.group(1): m.string for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb"))
-               for cell in json.loads(path.read_text())["cells"]
-               if (m := re.match(r"%%writefile (\S+)", "".join(cell["source"])))}
+    scripts = dict(series.worker_scripts())
     scripts |= {p.name: p.read_text() for p in (NOTEBOOKS / "walkthrough").glob("step*.py")}
     assert len(scripts) > 30
     assert [name for name, text in scripts.items() if GLOBAL_RANK_DEVICE.search(text)] == []

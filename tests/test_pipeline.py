@@ -12,6 +12,7 @@ from ddp_helpers.pipeline import (
     Spin,
     StageTimer,
     bubble_fraction,
+    make_costed_mlp,
     make_mlp,
     measured_bubble,
     order,
@@ -37,6 +38,20 @@ def test_make_mlp_is_seeded():
     a, b = make_mlp(4, 2, seed=3), make_mlp(4, 2, seed=3)
     assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
     assert not torch.equal(make_mlp(4, 2, seed=4)[0][0].weight, a[0][0].weight)
+
+
+def test_the_mlp_builders_leave_the_callers_random_state_alone():
+    # worked out by hand: the draw after the builders is the draw without them
+    torch.manual_seed(11)
+    expected = torch.rand(3)
+    torch.manual_seed(11)
+    make_mlp(4, 2, seed=3)
+    make_costed_mlp(4, 2, 0.0, 0.0, 0.0, seed=3)
+    assert torch.equal(torch.rand(3), expected)
+    with torch.random.fork_rng(devices=[]):  # and the weights are those of manual_seed, then building
+        torch.manual_seed(3)
+        first = torch.nn.Linear(4, 4)
+    assert torch.equal(make_mlp(4, 2, seed=3)[0][0].weight, first.weight)
 
 
 def test_spin_is_an_identity_for_values_and_gradients():

@@ -1,6 +1,7 @@
 """What every figure and widget of the series shares.
 
 * :func:`png_bytes` (a matplotlib figure as PNG bytes), :func:`show_png` and :func:`show_figure`;
+  :func:`show_in` and :func:`redraw_on_change`, a widget's picture kept up to date;
 * :func:`figure_box`, an ipywidgets VBox whose own output carries a PNG of its current figure,
   so a stored notebook shows a picture where no widget can be rendered (an untrusted notebook in
   JupyterLab, a handout without the widget JavaScript);
@@ -13,7 +14,7 @@ from __future__ import annotations
 import base64
 import functools
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -58,6 +59,22 @@ def show_png(png: bytes) -> None:
     from IPython.display import Image, display
 
     display(Image(data=png, format="png"))
+
+
+def show_in(box: Any, out: Any, png: bytes) -> None:
+    """Make ``png`` the widget box's picture (``box.png``) and show it in its output ``out``, in place
+    of the last one."""
+    box.png = png
+    with out:
+        out.clear_output(wait=True)
+        show_png(png)
+
+
+def redraw_on_change(controls: Iterable[Any], redraw: Callable[..., None]) -> None:
+    """Call ``redraw`` whenever one of the widgets ``controls`` changes its value, and once now."""
+    for control in controls:
+        control.observe(redraw, names="value")
+    redraw()
 
 
 def show_figure(fig: Figure, dpi: int = 100) -> bytes:

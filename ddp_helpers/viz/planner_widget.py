@@ -17,7 +17,7 @@ import html
 from typing import TYPE_CHECKING, Any
 
 from ddp_helpers.planner import PRESETS, Layout, ModelSpec, Plan, plan
-from ddp_helpers.viz.figures import figure_box, png_bytes, show_png
+from ddp_helpers.viz.figures import figure_box, png_bytes, redraw_on_change, show_in
 
 if TYPE_CHECKING:
     from ipywidgets import VBox
@@ -181,17 +181,11 @@ def planner_widget(model: str = "GPT 24 layers x 2048, seq 2048 (1.2 billion)", 
             box.plan, box.error = None, str(err)
         if box.plan is None:
             summary.value, table.value = f"<b>{html.escape(box.error)}</b>", ""
-            box.png = png_bytes(_error_figure(box.error))
         else:
             summary.value = html.escape(plan_title(box.plan))
             table.value = plan_table_html(box.plan)
-            box.png = png_bytes(draw_plan(box.plan))
-        with out:
-            out.clear_output(wait=True)
-            show_png(box.png)
+        show_in(box, out, png_bytes(_error_figure(box.error) if box.plan is None else draw_plan(box.plan)))
 
-    for control in controls.values():
-        control.observe(redraw, names="value")
     box.controls, box.summary, box.table = controls, summary, table
-    redraw()
+    redraw_on_change(controls.values(), redraw)
     return box

@@ -193,7 +193,7 @@ def ring_stepper(n: int = 4, max_n: int = 8, step: int = 0, interval_ms: int = 1
     """
     import ipywidgets as w
 
-    from ddp_helpers.viz.figures import figure_box, png_bytes, show_png
+    from ddp_helpers.viz.figures import figure_box, png_bytes, redraw_on_change, show_in
 
     n_slider = w.IntSlider(value=n, min=2, max=max_n, description="N ranks")
     step_slider = w.IntSlider(value=step, min=0, max=num_steps(n), description="step")
@@ -212,20 +212,15 @@ def ring_stepper(n: int = 4, max_n: int = 8, step: int = 0, interval_ms: int = 1
         step_slider.max = num_steps(n_slider.value)
         prev.disabled = step_slider.value == 0
         nxt.disabled = step_slider.value == step_slider.max
-        box.png = png_bytes(ring_step_figure(n_slider.value, step_slider.value))
         box.view = step_view(n_slider.value, step_slider.value)
-        with out:
-            out.clear_output(wait=True)
-            show_png(box.png)
+        show_in(box, out, png_bytes(ring_step_figure(n_slider.value, step_slider.value)))
 
     def move(by: int) -> None:
         step_slider.value = min(step_slider.max, max(0, step_slider.value + by))
 
     prev.on_click(lambda _: move(-1))
     nxt.on_click(lambda _: move(+1))
-    n_slider.observe(redraw, names="value")
-    step_slider.observe(redraw, names="value")
-    redraw()
+    redraw_on_change([n_slider, step_slider], redraw)
     return box
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ddp_helpers.samplers import SamplerGrid, grid_summary, sampler_grid
-from ddp_helpers.viz.figures import figure_box, png_bytes, show_png
+from ddp_helpers.viz.figures import figure_box, png_bytes, redraw_on_change, show_in
 
 if TYPE_CHECKING:
     from ipywidgets import VBox
@@ -117,13 +117,8 @@ def sampler_explorer(n: int = 10, num_replicas: int = 3, drop_last: bool = False
         box.data = sampler_grid(**{k: c.value for k, c in controls.items()})
         text = grid_summary(box.data)
         summary.value = f"<b>{text}</b>" if box.data.num_samples == 0 else text
-        box.png = png_bytes(draw_sampler_grid(box.data))
-        with out:
-            out.clear_output(wait=True)
-            show_png(box.png)
+        show_in(box, out, png_bytes(draw_sampler_grid(box.data)))
 
-    for control in controls.values():
-        control.observe(redraw, names="value")
     box.controls, box.summary = controls, summary
-    redraw()
+    redraw_on_change(controls.values(), redraw)
     return box

@@ -73,6 +73,8 @@ Arg = str | int | float | os.PathLike
 class LaunchError(RuntimeError):
     """The launch itself failed (a node agent died, the run timed out)."""
 
+    started: float | None = None  # time.time() when the launch began (set by torchrun)
+
 
 class WorkerFailed(LaunchError):
     """A rank exited with a non-zero code."""
@@ -113,6 +115,7 @@ class LaunchResult:
     stderr: dict[int, list[str]] = field(default_factory=dict)
     seconds: float = 0.0
     agent_log: list[str] = field(default_factory=list)  # torchrun's own lines (no rank prefix)
+    started: float = 0.0  # time.time() when the launch began: files it wrote are newer
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -409,13 +412,18 @@ def torchrun(
     shown_env = {SHARE_STORE_SWITCH: env[SHARE_STORE_SWITCH]} if SHARE_STORE_SWITCH in env else {}
     plan = LaunchPlan.make(script, nproc, nnodes, torchrun_args, script_args, shown_env)
     print(f"$ {plan.shown}", flush=True)
+    started = time.time()
     with tempfile.TemporaryDirectory(prefix="ddp_failures_") as failures_dir:  # removed on every path
-        return _run(plan, path, nproc, nnodes, script_args, env, caller_env, torchrun_args, timeout,
-                    live_mode, summary, failures_dir)
+        try:
+            return _run(plan, path, nproc, nnodes, script_args, env, caller_env, torchrun_args, timeout,
+                        live_mode, summary, failures_dir, started)
+        except LaunchError as err:
+            err.started = started
+            raise
 
 
 def _run(plan, path, nproc, nnodes, script_args, env, caller_env, torchrun_args, timeout, live_mode,
-         summary, failures_dir) -> LaunchResult:
+         summary, failures_dir, started: float) -> LaunchResult:
     """Start the plan's agents, stream their output, and return or raise as torchrun() says."""
     __tracebackhide__ = True
     shown = plan.shown
@@ -434,7 +442,7 @@ def _run(plan, path, nproc, nnodes, script_args, env, caller_env, torchrun_args,
     write_live = _live_sink(live_mode)
     q: queue.Queue = queue.Queue()
     procs = []
-    result = LaunchResult(command=shown)
+    result = LaunchResult(command=shown, started=started)
     agent_log: list[str] = []
     start = time.monotonic()
     try:

@@ -2,7 +2,11 @@
 script, a script without DistributedSampler, a launch without --max-restarts, files left by an older run,
 copied values) with a hint that does not give the answer. Fake launch results name real files written here;
 one real launch of a wrong conversion shows the check refusing what a run really produced.
-``RIGHT08`` and ``WRONG08`` have the shape of tests/test_exercises_cases.py's RIGHT and WRONG."""
+``RIGHT08`` and ``WRONG08`` have the shape of tests/test_exercises_cases.py's RIGHT and WRONG.
+
+08.2 and 08.3 compare with what the lesson's own launches wrote (the uninterrupted run of section 2, the
+preempted run's snapshot of section 4), read from the notebook's folder as in tests/test_exercises_runs.py:
+here fake lesson folders (JPY_SESSION_NAME's parent), ``_lesson`` in a case naming another one than LESSON."""
 
 from __future__ import annotations
 
@@ -75,6 +79,12 @@ HALVES = {0: ["rank 0: 700 samples per epoch", "epoch 0: loss 0.5", "test accura
           1: ["rank 1: 700 samples per epoch"]}
 WHOLE = {0: ["rank 0: 1400 samples per epoch"], 1: ["rank 1: 1400 samples per epoch"]}
 
+# the notebook's folders: the lesson's runs, none yet, runs that differ, the killed run in the straight run's place
+LESSON, EMPTY, ODD, SELF = (TMP / name for name in ("lesson", "empty_lesson", "odd_lesson", "self_lesson"))
+for _folder in (LESSON, EMPTY, ODD, SELF):
+    _folder.mkdir()
+LESSON_RUNS = "runs/08_capstone"
+
 # --- 08.2: the killed run -----------------------------------------------------------------------------
 COPY = TMP / "s2" / "train_ddp.py"
 COPY.parent.mkdir()
@@ -90,7 +100,11 @@ def log(attempts):
     return [{"epoch": e, "attempt": a, "train_loss": 0.5, "lr": 1e-3} for e, a in enumerate(attempts)]
 
 
-REFERENCE = folder("straight", {"config.json": CONFIG, "final.pt": WEIGHTS, "log.json": log([0, 0, 0])})
+REFERENCE = folder(f"lesson/{LESSON_RUNS}/straight", {"config.json": CONFIG, "final.pt": WEIGHTS,
+                                                       "log.json": log([0, 0, 0])})
+folder(f"odd_lesson/{LESSON_RUNS}/straight", {"config.json": CONFIG, "final.pt": WEIGHTS, "log.json": log([0, 0, 1])})
+IN_PLACE = folder(f"self_lesson/{LESSON_RUNS}/straight", {"config.json": CONFIG, "final.pt": WEIGHTS,
+                                                          "log.json": log([0, 0, 1])})
 KILLED = folder("ex2", {"config.json": CONFIG, "final.pt": WEIGHTS, "log.json": log([0, 0, 1])})
 DIFFERENT = folder("ex2_diff", {"config.json": CONFIG, "final.pt": OTHER, "log.json": log([0, 0, 1])})
 STALE = folder("ex2_stale", {"config.json": CONFIG, "final.pt": WEIGHTS, "log.json": log([0, 0, 1])}, older_than=COPY)
@@ -104,22 +118,29 @@ FINISHED = {0: ["attempt 0: resumed at epoch 3 step 0" + HEAD, "test: accuracy 0
 RESTARTS = "--max-restarts=1"
 
 # --- 08.3: the preempted snapshot -------------------------------------------------------------------
-SNAPSHOT = TMP / "preempted_snapshot.pt"
-torch.save({"state": {"epoch": 1, "step": 11, "sums": [1.0, 2.0], "history": []},
-            "optimizer": {"param_groups": [{"lr": 0.0021875}]}, "scheduler": {"_last_lr": [0.0021875]}}, SNAPSHOT)
+def snapshot(epoch, step, lr):
+    """What the template's SIGTERM handler saves (the fields the exercise reads)."""
+    return {"state": {"epoch": epoch, "step": step, "sums": [1.0, 2.0], "history": []},
+            "optimizer": {"param_groups": [{"lr": lr}]}, "scheduler": {"_last_lr": [lr]}}
+
+
+torch.save(snapshot(1, 11, 0.0021875), LESSON / LESSON_RUNS / "preempted_snapshot.pt")
+torch.save(snapshot(2, 3, 0.0005), ODD / LESSON_RUNS / "preempted_snapshot.pt")
+OWN_SNAPSHOT = TMP / "my_snapshot.pt"  # a snapshot of the learner's choosing
+torch.save(snapshot(0, 1, 0.5), OWN_SNAPSHOT)
 
 RIGHT08 = {
     "08.1": [dict(converted=launch(CONVERTED, HALVES, out=RESULT_OK)),
              dict(converted=launch(QUALIFIED, {0: ["rank 0 trains on 700 samples per epoch"],
                                                1: ["rank 1 trains on 700 samples per epoch"]}, out=RESULT_OK))],
-    "08.2": [dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED), equal=True, reference=REFERENCE),
-             dict(killed_again=launch(COPY, RESTARTED, flags="--max-restarts 3", out=KILLED), equal=torch.tensor(True),
-                  reference=str(REFERENCE)),
-             dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED), equal=np.bool_(True),
-                  reference=REFERENCE)],
-    "08.3": [dict(next_epoch=1, next_step=11, next_lr=0.0021875, snapshot=SNAPSHOT),
-             dict(next_epoch=np.int64(1), next_step=torch.tensor(11), next_lr=np.float64(0.0021875),
-                  snapshot=str(SNAPSHOT))],
+    "08.2": [dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED), equal=True),
+             dict(killed_again=launch(COPY, RESTARTED, flags="--max-restarts 3", out=KILLED), equal=torch.tensor(True)),
+             dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED), equal=np.bool_(True))],
+    "08.3": [dict(next_epoch=1, next_step=11, next_lr=0.0021875),
+             dict(next_epoch=np.int64(1), next_step=torch.tensor(11), next_lr=np.float64(0.0021875)),
+             dict(next_epoch=1.0, next_step=torch.tensor(11, dtype=torch.int32), next_lr=torch.tensor(0.0021875,
+                                                                                                      dtype=torch.float64)),
+             dict(next_epoch=2, next_step=3, next_lr=0.0005, _lesson=ODD)],  # another lesson run: its own snapshot
 }
 WRONG08 = {
     "08.1": [("a silent rank", dict(converted=launch(CONVERTED, {0: HALVES[0], 1: []}, out=RESULT_OK))),
@@ -130,27 +151,53 @@ WRONG08 = {
              ("world size 1 recorded", dict(converted=launch(CONVERTED, HALVES, out=RESULT_ONE))),
              ("no --out", dict(converted=launch(CONVERTED, HALVES))),
              ("another script", dict(converted=launch(COPY, HALVES, out=RESULT_OK)))],
-    "08.2": [("no --max-restarts", dict(killed_again=launch(COPY, RESTARTED, out=KILLED), equal=True,
-                                        reference=REFERENCE)),
-             ("nothing killed", dict(killed_again=launch(COPY, UNKILLED, flags=RESTARTS, out=KILLED), equal=True,
-                                     reference=REFERENCE)),
+    "08.2": [("copy-through: the learner's own run as the reference", dict(
+                 killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=DIFFERENT), equal=True, reference=DIFFERENT)),
+             ("no uninterrupted run yet", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED),
+                                               equal=True, _lesson=EMPTY)),
+             ("launched into the uninterrupted run's folder", dict(
+                 killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=IN_PLACE), equal=True, _lesson=SELF)),
+             ("the lesson's straight run was restarted", dict(
+                 killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED), equal=True, _lesson=ODD)),
+             ("no --max-restarts", dict(killed_again=launch(COPY, RESTARTED, out=KILLED), equal=True)),
+             ("nothing killed", dict(killed_again=launch(COPY, UNKILLED, flags=RESTARTS, out=KILLED), equal=True)),
              ("a finished run relaunched", dict(killed_again=launch(COPY, FINISHED, flags=RESTARTS, out=KILLED),
-                                                equal=True, reference=REFERENCE)),
+                                                equal=True)),
              ("files from an older run", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=STALE),
-                                              equal=True, reference=REFERENCE)),
+                                              equal=True)),
              ("a log of another cut", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=OTHER_CUT),
-                                           equal=True, reference=REFERENCE)),
-             ("weights differ", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=DIFFERENT), equal=True,
-                                     reference=REFERENCE)),
-             ("equal said False", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED), equal=False,
-                                       reference=REFERENCE)),
-             ("equal as a string", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED), equal="True",
-                                        reference=REFERENCE))],
-    "08.3": [("the step in progress", dict(next_epoch=1, next_step=10, next_lr=0.0021875, snapshot=SNAPSHOT)),
-             ("the epoch skipped", dict(next_epoch=2, next_step=0, next_lr=0.0021875, snapshot=SNAPSHOT)),
-             ("a fresh schedule's LR", dict(next_epoch=1, next_step=11, next_lr=3e-3 / 25, snapshot=SNAPSHOT)),
-             ("the LR as a list", dict(next_epoch=1, next_step=11, next_lr=[0.0021875], snapshot=SNAPSHOT))],
+                                           equal=True)),
+             ("weights differ", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=DIFFERENT), equal=True)),
+             ("equal said False", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED), equal=False)),
+             ("equal as a string", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED), equal="True"))],
+    "08.3": [("copy-through: answers of a snapshot of the learner's choosing", dict(
+                 next_epoch=0, next_step=1, next_lr=0.5, snapshot=OWN_SNAPSHOT)),
+             ("answers of a snapshot of the learner's choosing", dict(next_epoch=0, next_step=1, next_lr=0.5)),
+             ("no snapshot yet", dict(next_epoch=1, next_step=11, next_lr=0.0021875, _lesson=EMPTY)),
+             ("another run's snapshot", dict(next_epoch=1, next_step=11, next_lr=0.0021875, _lesson=ODD)),
+             ("the step in progress", dict(next_epoch=1, next_step=10, next_lr=0.0021875)),
+             ("the epoch skipped", dict(next_epoch=2, next_step=0, next_lr=0.0021875)),
+             ("a fresh schedule's LR", dict(next_epoch=1, next_step=11, next_lr=3e-3 / 25)),
+             ("the LR as a list", dict(next_epoch=1, next_step=11, next_lr=[0.0021875]))],
 }
+
+
+@pytest.fixture(autouse=True)
+def lesson(monkeypatch):
+    """The running notebook is LESSON/notebook.ipynb: the lesson's runs are LESSON/runs/08_capstone/..."""
+    monkeypatch.setenv("JPY_SESSION_NAME", str(LESSON / "notebook.ipynb"))
+
+
+def run_case(exid, kwargs):
+    """Call the check; ``_lesson`` is the notebook's folder for this case."""
+    kwargs = dict(kwargs)
+    folder = kwargs.pop("_lesson", LESSON)
+    before = os.environ["JPY_SESSION_NAME"]
+    os.environ["JPY_SESSION_NAME"] = str(folder / "notebook.ipynb")
+    try:
+        return exercises.CHECKS[exid](**kwargs)
+    finally:
+        os.environ["JPY_SESSION_NAME"] = before
 
 
 def test_every_check_of_08_has_its_cases():
@@ -158,20 +205,43 @@ def test_every_check_of_08_has_its_cases():
     assert ids == ["08.1", "08.2", "08.3"] and set(RIGHT08) == set(WRONG08) == set(ids)
     for exid in ids:
         assert len(RIGHT08[exid]) >= 2 and len(WRONG08[exid]) >= 3, exid
+    for exid in ("08.2", "08.3"):  # they read the lesson's runs: one case copies through, one has no run
+        labels = [label for label, _ in WRONG08[exid]]
+        assert any(label.startswith("copy-through") for label in labels), exid
+        assert any(kwargs.get("_lesson") is EMPTY for _, kwargs in WRONG08[exid]), exid
 
 
 @pytest.mark.parametrize(("exid", "i"), [(e, i) for e, cases in RIGHT08.items() for i in range(len(cases))])
 def test_right_answers_in_other_forms_pass(exid, i, capsys):
-    exercises.CHECKS[exid](**RIGHT08[exid][i])
+    run_case(exid, RIGHT08[exid][i])
     assert capsys.readouterr().out == f"✓ Exercise {exid}: correct\n"
 
 
 @pytest.mark.parametrize(("exid", "label"), [(e, label) for e, cases in WRONG08.items() for label, _ in cases])
 def test_wrong_answers_fail_with_a_hint(exid, label):
     with pytest.raises(exercises.CheckFailed) as info:
-        exercises.CHECKS[exid](**dict(WRONG08[exid])[label])
+        run_case(exid, dict(WRONG08[exid])[label])
     text = str(info.value)
     assert text.startswith(f"Exercise {exid}: ") and "\nHint: " in text and "def check_" not in text
+
+
+@pytest.mark.parametrize(("exid", "label", "launch"), [
+    ("08.2", "no uninterrupted run yet", "the uninterrupted launch of train_ddp.py (section 2)"),
+    ("08.3", "no snapshot yet", "the preempted launch of train_ddp.py (section 4)")])
+def test_a_missing_lesson_run_names_the_launch_to_run_first(exid, label, launch):
+    with pytest.raises(exercises.CheckFailed) as info:
+        run_case(exid, dict(WRONG08[exid])[label])
+    assert "does not exist" in str(info.value) and f"run {launch} first" in str(info.value)
+
+
+def test_the_lesson_runs_are_read_beside_the_notebook_not_in_the_working_directory(tmp_path, monkeypatch):
+    """A snapshot at the same relative path under the working directory is not the lesson's."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / LESSON_RUNS).mkdir(parents=True)
+    torch.save(snapshot(0, 1, 0.5), tmp_path / LESSON_RUNS / "preempted_snapshot.pt")
+    with pytest.raises(exercises.CheckFailed):
+        run_case("08.3", dict(next_epoch=0, next_step=1, next_lr=0.5))
+    run_case("08.3", dict(next_epoch=1, next_step=11, next_lr=0.0021875))
 
 
 def test_a_real_launch_of_a_conversion_without_distributed_sampler_is_refused(tmp_path, monkeypatch):

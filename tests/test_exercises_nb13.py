@@ -2,6 +2,8 @@
 values, the checks' own reference, answers off by one) with a hint that does not give the answer.
 ``RIGHT13`` and ``WRONG13`` have the shape of tests/test_exercises_cases.py's RIGHT and WRONG."""
 
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -52,8 +54,8 @@ RIGHT13 = {
     "13.1": [dict(gpipe_m=28, interleaved_m=14), dict(gpipe_m=np.int64(28), interleaved_m=torch.tensor(14)),
              dict(gpipe_m=28.0, interleaved_m=14.0)],
     "13.2": [dict(live_1f1b=live_1f1b), dict(live_1f1b=as_tensor)],
-    "13.3": [dict(idle_by_rank=IDLE, timeline=TL), dict(idle_by_rank=tuple(np.array(IDLE)), timeline=TL),
-             dict(idle_by_rank=torch.tensor(IDLE, dtype=torch.float64), timeline=TL)],
+    "13.3": [dict(idle_by_rank=IDLE), dict(idle_by_rank=tuple(np.array(IDLE))),
+             dict(idle_by_rank=torch.tensor(IDLE, dtype=torch.float64))],
 }
 WRONG13 = {
     "13.1": [("27: the boundary", dict(gpipe_m=27, interleaved_m=14)),
@@ -67,12 +69,38 @@ WRONG13 = {
              ("the reference helper", dict(live_1f1b=nb13._live_1f1b)),
              ("not a function", dict(live_1f1b=[4, 3, 2, 1])),
              ("returns nothing", dict(live_1f1b=lambda stages, microbatches: None))],
-    "13.3": [("busy, not idle", dict(idle_by_rank=BUSY, timeline=TL)),
-             ("each rank's own span", dict(idle_by_rank=OWN_SPAN, timeline=TL)),
-             ("the formula", dict(idle_by_rank=[1 / 3, 1 / 3], timeline=TL)),
-             ("the mean only", dict(idle_by_rank=measured_bubble(TL), timeline=TL)),
-             ("one rank", dict(idle_by_rank=IDLE[:1], timeline=TL))],
+    "13.3": [("copy-through: a timeline of its own", dict(idle_by_rank=[0.5, 0.5], timeline=[TL[0][:1], TL[1][:1]])),
+             ("busy, not idle", dict(idle_by_rank=BUSY)),
+             ("each rank's own span", dict(idle_by_rank=OWN_SPAN)),
+             ("the formula", dict(idle_by_rank=[1 / 3, 1 / 3])),
+             ("the mean only", dict(idle_by_rank=measured_bubble(TL))),
+             ("one rank", dict(idle_by_rank=IDLE[:1]))],
 }
+
+
+@pytest.fixture(autouse=True)
+def lesson(monkeypatch, tmp_path):
+    """A notebook folder whose section-2 launch recorded the GPipe timeline TL (13.3 reads it there)."""
+    run = tmp_path / "runs/13_pipeline/schedules"
+    run.mkdir(parents=True)
+    (run / "results.json").write_text(json.dumps({"runs": {"GPipe": [{"events": evs} for evs in TL]}}))
+    monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "13_pipeline_parallelism.ipynb"))
+    return tmp_path
+
+
+def test_13_3_without_the_launch_names_it(lesson):
+    (lesson / "runs/13_pipeline/schedules/results.json").unlink()
+    with pytest.raises(exercises.CheckFailed, match="scripts/13_schedules.py") as info:
+        exercises.check_13_3(idle_by_rank=IDLE)
+    assert "section 2" in info.value.hint
+
+
+def test_13_3_reads_the_recorded_timeline_not_a_passed_one(lesson):
+    (lesson / "runs/13_pipeline/schedules/results.json").write_text(json.dumps({"runs": {"GPipe": [
+        {"events": [dict(kind="F", stage=r, chunk=0, start=0, end=1)]} for r in range(2)]}}))
+    with pytest.raises(exercises.CheckFailed):   # right for TL, wrong for the run on disk: every rank busy
+        exercises.check_13_3(idle_by_rank=IDLE)
+    exercises.check_13_3(idle_by_rank=[0.0, 0.0])
 
 
 def test_every_check_of_13_has_its_cases():
@@ -107,6 +135,6 @@ def test_wrong_answers_fail_with_a_hint(exid, label):
 @pytest.mark.parametrize("exid", ["13.1", "13.2", "13.3"])
 def test_starter_fails(exid):
     starter = {"13.1": dict(gpipe_m=..., interleaved_m=...), "13.2": dict(live_1f1b=...),
-               "13.3": dict(idle_by_rank=..., timeline=TL)}[exid]
+               "13.3": dict(idle_by_rank=...)}[exid]
     with pytest.raises(exercises.CheckFailed, match="still `...`"):
         exercises.CHECKS[exid](**starter)

@@ -64,7 +64,9 @@ HANG = """
 
 
 def test_success_summary_is_rank_ordered(tmp_path, capsys):
+    before = time.time()
     result = torchrun(write(tmp_path, "hello", HELLO), nproc=2, live="quiet")
+    assert before <= result.started <= before + result.seconds + 5
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("$ torchrun --standalone --nproc-per-node=2 ")
     assert out[1:] == ["[rank 0] rank=0 world=2 sum=3", "[rank 1] rank=1 world=2 sum=3"]
@@ -84,6 +86,7 @@ def test_failing_rank_is_named_with_its_traceback(tmp_path, monkeypatch):
                 raise ValueError("boom on rank one")
             dist.barrier()
     """)
+    before = time.time()
     with pytest.raises(WorkerFailed) as info:
         torchrun(script.name, nproc=2, live="quiet")
     err = info.value
@@ -92,6 +95,7 @@ def test_failing_rank_is_named_with_its_traceback(tmp_path, monkeypatch):
     assert "rank 1 failed first" in str(err)
     assert f'File "{script.name}", line 6' in err.traceback_tail  # this machine's paths shortened
     assert list(own_tmp.iterdir()) == []  # the failures folder the rank wrote to is gone after a failure too
+    assert before <= err.started <= time.time()  # when it began: a check can tell a stale file from this run's
 
 
 def test_a_process_that_outlives_its_output_is_a_timeout(tmp_path, monkeypatch):

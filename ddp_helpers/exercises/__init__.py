@@ -5,24 +5,26 @@ of this package with the learner's names, as keywords, for example::
 
     exercises.check_02_1(padded_len=padded_len, dropped_len=dropped_len, ...)
 
-A check re-derives the truth from torch (or from the run the learner launched) and compares.
+A check re-derives the truth itself, from torch or from the files the lesson's launch wrote in the
+notebook's folder (``runs/...``), and compares: it never takes an expected value, a tolerance or a
+record from the check cell. A run that is missing fails with a hint naming the launch to run first.
 
 - On success it prints one line, ``✓ Exercise 02.1: correct``, the same on every machine.
 - On a wrong answer, or a name still set to ``...`` (the student starter), it raises
   :class:`CheckFailed` (an ``AssertionError``) whose message names the exercise, says what is wrong
   and gives a hint. It never prints the expected answer.
 
-Floats are compared with the tolerance stated in each check (``REL_TOL``, ``ATOL`` or the notebook's
-own ``tol``); integers, lists and strings exactly. An exception leaves a check without this package's
-frames, so IPython and pytest show a short traceback that ends at the check cell; IPython shows a
-:class:`CheckFailed` as its message alone.
+Floats are compared with the tolerance stated in each check (``REL_TOL``, ``ATOL``, or ``F32_ATOL``
+and ``F32_REL_TOL`` for answers computed in float32); integers, lists and strings exactly. An
+exception leaves a check without this package's frames, so IPython and pytest show a short
+traceback that ends at the check cell; IPython shows a :class:`CheckFailed` as its message alone.
 
 The layout:
 
 - ``core``: :class:`CheckFailed`, the tolerances and comparison rules, :class:`~.core.Exercise` (one
   exercise's check: ``given``, ``require``, ``fail``, ``correct`` and the shared hints) and the
   ``@check`` decorator that shortens the tracebacks.
-- ``nb00`` ... ``nb12``: the checks of one notebook each, ``check_NN_k`` for exercise NN.k, with the
+- ``nb00`` ... ``nb14``: the checks of one notebook each, ``check_NN_k`` for exercise NN.k, with the
   private reference answers they compare against.
 
 This package re-exports :class:`CheckFailed` and every ``check_NN_k``.

@@ -33,6 +33,7 @@ import torch
 REL_TOL = 1e-9   # closed-form arithmetic (alpha-beta models, byte counts in floats)
 ATOL = 1e-6      # float32 tensors computed two ways in the same process
 F32_REL_TOL = 1e-6  # a float32 answer: a few roundings of float32's epsilon (1.2e-7)
+F32_ATOL = 1e-5  # float32 tensors of size ~1 summed in another order (tens of roundings of 1.2e-7)
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -359,6 +360,37 @@ def notebook_folders() -> list[Path]:
     return folders
 
 
+def lesson_folders() -> list[Path]:
+    """Where a lesson's launches wrote their runs: the running notebook's folder when Jupyter names it
+    (JPY_SESSION_NAME), else the series' notebooks/; never the working directory."""
+    session = os.environ.get("JPY_SESSION_NAME", "")
+    if session.endswith(".ipynb"):
+        return [Path(session).parent]
+    from ddp_helpers.series import NOTEBOOK_DIR
+
+    return [NOTEBOOK_DIR]
+
+
+def run_file(ex: Exercise, relative: str | os.PathLike, launch: str) -> Path:
+    """A file that the lesson's launch ``launch`` (e.g. "the launch of section 2") wrote under the
+    notebook's folder; a CheckFailed naming that launch when it is missing."""
+    found = next((folder / relative for folder in lesson_folders() if (folder / relative).is_file()), None)
+    if found is None:
+        ex.fail(f"{relative} does not exist, so there is no recorded run to check against.",
+                f"run {launch} first, then this check again.")
+    return found
+
+
+def run_json(ex: Exercise, relative: str | os.PathLike, launch: str) -> Any:
+    """The JSON a lesson's launch wrote (see :func:`run_file`)."""
+    import json
+
+    try:
+        return json.loads(run_file(ex, relative, launch).read_text())
+    except (OSError, ValueError):
+        ex.fail(f"{relative} cannot be read as JSON.", f"run {launch} again, then this check.")
+
+
 def find_file(path: str | os.PathLike) -> Path | None:
     """``path`` itself when absolute, else the first notebook folder that holds it."""
     path = Path(path)
@@ -427,14 +459,15 @@ _CHECK_CALL = re.compile(r"\bexercises\.check_(\d\d)_(\d+)\s*\(")
 
 def missing_name_failure(error: NameError, cell_source: str) -> CheckFailed | None:
     """The hint for a check cell whose call names a result that is not defined (the kernel restarted,
-    or the lesson cells above were not run); None when ``cell_source`` calls no check."""
+    or the cells that make it were not run); None when ``cell_source`` calls no check."""
     m = _CHECK_CALL.search(cell_source or "")
     if m is None:
         return None
     name = getattr(error, "name", None) or "a name"
-    return CheckFailed(f"{m.group(1)}.{m.group(2)}", f"`{name}` is not defined, so this check cannot run.",
-                       f"`{name}` is made by the cells above (the exercise or the lesson before it): run them "
-                       "first (Run > Run All Above), then this check again.")
+    # a check cell passes only the exercise's own names (tests/test_exercises_runs.py holds every notebook
+    # to that): the lesson's results are read by the check itself
+    hint = f"`{name}` is made by the exercise's cell just above this check: run it first, then this check again."
+    return CheckFailed(f"{m.group(1)}.{m.group(2)}", f"`{name}` is not defined, so this check cannot run.", hint)
 
 
 def _cell_source(tb: TracebackType | None) -> str:

@@ -79,6 +79,30 @@ def _reference_buckets(names_and_bytes: Arrival, cap: float, first: float) -> li
     return buckets + ([current] if current else [])
 
 
+def _worker_arrival() -> list[tuple[str, torch.Tensor]]:
+    """The gradients of the worker's model (scripts/04_buckets.py: square_mlp(256, 2)) in the order
+    backward makes them ready: the last layer's first."""
+    from ddp_helpers.models import square_mlp
+
+    return list(reversed(list(square_mlp(256, 2).named_parameters())))
+
+
+# bucket_cap_mb as the worker passed it -> (cap, first bucket's cap) in bytes: DDP's default cap is
+# 25 MiB with a first bucket of dist._DEFAULT_FIRST_BUCKET_BYTES (1 MiB); a cap given applies to both.
+_CAPS = {"None": (25 * MiB, MiB), "0.05": (int(0.05 * MiB),) * 2, "0.001": (int(0.001 * MiB),) * 2}
+
+
+def _ddp_buckets(cap: int, first: int) -> list[list[str]]:
+    """The buckets DDP rebuilds after its first step: its Reducer's own assignment
+    (torch.distributed._compute_bucket_assignment_by_size) over the worker's gradients in ready order."""
+    import torch.distributed as dist
+
+    named = _worker_arrival()
+    indices, _ = dist._compute_bucket_assignment_by_size([p for _, p in named], [first, cap],
+                                                         [False] * len(named), list(range(len(named))))
+    return [[named[i][0] for i in bucket] for bucket in indices]
+
+
 def _as_buckets(value: object) -> list[list[str]] | None:
     """Buckets as lists of names (tuples accepted)."""
     outer = sequence(value)
@@ -88,8 +112,9 @@ def _as_buckets(value: object) -> list[list[str]] | None:
 
 
 @check
-def check_04_3(*, predict_buckets: Answer[Callable[[Arrival, float, float], list[list[str]]]],
-               arrival: Arrival, recorded: dict) -> None:
+def check_04_3(*, predict_buckets: Answer[Callable[[Arrival, float, float], list[list[str]]]]) -> None:
+    """The truth is DDP's own: its Reducer's bucket assignment over the worker's model (scripts/04_buckets.py),
+    not a record or an arrival order that the check cell passes."""
     ex = Exercise("04.3")
     ex.given(predict_buckets=predict_buckets)
     ex.function("predict_buckets", predict_buckets)
@@ -100,10 +125,10 @@ def check_04_3(*, predict_buckets: Answer[Callable[[Arrival, float, float], list
                    f"predict_buckets({items}, {cap}, {first}) is wrong.",
                    "a bucket closes as soon as its size reaches the cap (>=), the first bucket uses first_cap_bytes, "
                    "and a last partly filled bucket counts too.")
-    caps = {"None": (25 * MiB, MiB), "0.05": (int(0.05 * MiB),) * 2, "0.001": (int(0.001 * MiB),) * 2}
-    for cap, (cap_bytes, first) in caps.items():
-        ex.require(_as_buckets(predict_buckets(arrival, cap_bytes, first)) == _as_buckets(recorded["buckets"][cap][1]),
-                   f"the prediction for bucket_cap_mb={cap} differs from the buckets the worker recorded.",
+    arrival = [(name, p.numel() * p.element_size()) for name, p in _worker_arrival()]
+    for cap, (cap_bytes, first) in _CAPS.items():
+        ex.require(_as_buckets(predict_buckets(arrival, cap_bytes, first)) == _ddp_buckets(cap_bytes, first),
+                   f"the prediction for bucket_cap_mb={cap} differs from the buckets DDP makes for the worker's model.",
                    "walk the parameters in reverse order of model.named_parameters(); the default cap is 25 MiB "
                    "with a first bucket of 1 MiB.")
     ex.correct()

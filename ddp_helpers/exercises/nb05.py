@@ -7,25 +7,49 @@ import ast
 import math
 import pickle
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
-from ddp_helpers.exercises.core import Answer, Exercise, calls, check, numbers
+from ddp_helpers.exercises.core import Answer, Exercise, calls, check, numbers, run_file
 from ddp_helpers.launch import LaunchResult
+
+SAVE_LOAD = Path("runs/05_checkpoints/save_load")
+SAVE_LOAD_LAUNCH = "the launch of scripts/05_save_load.py (section 1)"
+
+
+def _saved_state(ex: Exercise) -> dict[str, torch.Tensor]:
+    """The inner model's weights the worker saved: ddp_state_dict.pt with its "module." prefix removed,
+    which must equal module_state_dict.pt (both written by the same launch)."""
+    states = []
+    for name in ("ddp_state_dict.pt", "module_state_dict.pt"):
+        path = run_file(ex, SAVE_LOAD / name, SAVE_LOAD_LAUNCH)
+        try:
+            states.append(torch.load(path, weights_only=True, map_location="cpu"))
+        except Exception:
+            ex.fail(f"{SAVE_LOAD / name} cannot be loaded.", f"run {SAVE_LOAD_LAUNCH} again, then this check.")
+    ddp, module = states
+    stripped = {k.removeprefix("module."): v for k, v in ddp.items()}
+    ex.require(set(stripped) == set(module) and all(torch.equal(stripped[k], module[k]) for k in module),
+               "the two files of runs/05_checkpoints/save_load/ are not from the same run.",
+               f"run {SAVE_LOAD_LAUNCH} again, then this check.")
+    return module
 
 
 @check
-def check_05_1(*, ex1: Answer[torch.nn.Module], reference: Mapping[str, torch.Tensor]) -> None:
+def check_05_1(*, ex1: Answer[torch.nn.Module]) -> None:
+    """The reference weights are the ones the lesson's launch saved, read here (not passed by the cell)."""
     ex = Exercise("05.1")
     ex.given(ex1=ex1)
     ex.require(isinstance(ex1, torch.nn.Module), "`ex1` is not a model.", "`ex1 = ToyModel()`, then load.")
+    reference = _saved_state(ex)
     state = ex1.state_dict()
-    ex.require(set(state) == set(reference) and all(state[k].shape == reference[k].shape for k in reference), "`ex1`'s parameter names differ from the plain model's.",
+    ex.require(set(state) == set(reference) and all(state[k].shape == reference[k].shape for k in reference),
+               "`ex1`'s parameter names differ from the plain model's.",
                "strip the prefix \"module.\" (with the dot) before `load_state_dict`.")
-    ex.require(all(torch.equal(state[k], reference[k]) for k in reference),
-               "`ex1`'s weights differ from module_state_dict.pt.",
+    ex.require(all(torch.equal(state[k].detach().cpu(), reference[k]) for k in reference),
+               "`ex1`'s weights differ from the ones the lesson's launch saved.",
                "load runs/05_checkpoints/save_load/ddp_state_dict.pt into it, not a fresh model's weights.")
     ex.correct()
 

@@ -4,13 +4,26 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.data import DistributedSampler
 
 from ddp_helpers.evaluation import EarlyStopping, EvalResult
-from ddp_helpers.exercises.core import ATOL, Answer, Exercise, by_rank, check, close, integer, sequence
+from ddp_helpers.exercises.core import (
+    ATOL,
+    Answer,
+    Exercise,
+    by_rank,
+    check,
+    close,
+    integer,
+    number,
+    run_file,
+    run_json,
+    sequence,
+)
 
 
 @check
@@ -36,12 +49,27 @@ def check_07_1(*, shards: Answer[Sequence[torch.Tensor]], mean_of_means: Answer[
     ex.correct()
 
 
+EVAL_RUN = Path("runs/07_eval_earlystop")
+EVAL_LAUNCH = "the launch of scripts/07_eval_earlystop.py (section 2)"
+
+
+def _recorded_losses(ex: Exercise) -> list[float]:
+    """Each epoch's validation loss as rank 0 of the lesson's launch recorded it."""
+    record = run_json(ex, EVAL_RUN / "rank0.json", EVAL_LAUNCH)
+    history = record.get("history") if isinstance(record, dict) else None
+    losses = [number(h.get("loss")) if isinstance(h, dict) else None for h in history or []]
+    ex.require(losses and None not in losses, f"{EVAL_RUN / 'rank0.json'} holds no history of losses.",
+               f"run {EVAL_LAUNCH} again, then this check.")
+    return losses  # type: ignore[return-value]
+
+
 @check
-def check_07_2(*, decisions: Answer[Sequence[bool]], history: Sequence[dict]) -> None:
+def check_07_2(*, decisions: Answer[Sequence[bool]]) -> None:
+    """The history is the one the lesson's launch recorded, read here (not passed by the cell)."""
     ex = Exercise("07.2")
     ex.given(decisions=decisions)
     rule = EarlyStopping(patience=3, mode="min")
-    truth = [rule.step(h["loss"]) for h in history]
+    truth = [rule.step(loss) for loss in _recorded_losses(ex)]
     got = sequence(decisions)
     ex.require(got is not None and all(isinstance(d, bool | np.bool_) for d in got) and [bool(d) for d in got] == truth,
                "`decisions` is not what EarlyStopping(patience=3, mode=\"min\") returns epoch by epoch.",
@@ -65,8 +93,8 @@ def _is_record(record: object) -> bool:
 
 
 @check
-def check_07_3(*, res3: Answer[Sequence[dict]], test_size: int) -> None:
-    """``test_size`` is not read: the check takes the test set's size from the data itself."""
+def check_07_3(*, res3: Answer[Sequence[dict]]) -> None:
+    """The test set's size comes from the data itself, not from the check cell."""
     ex = Exercise("07.3")
     ex.given(res3=res3)
     records = by_rank(res3)
@@ -89,17 +117,41 @@ def _shard_sizes(size: int, world: int = 3) -> list[int]:
     return [len(UnpaddedDistributedSampler(range(size), num_replicas=world, rank=r)) for r in range(world)]
 
 
+def _single(ex: Exercise) -> tuple[int, int]:
+    """(correct, count) of the trained model (the launch's model.pt) on the whole test set, one process."""
+    from torch import nn
+    from torch.utils.data import DataLoader
+
+    from ddp_helpers.data import load_digits_28
+
+    path = run_file(ex, EVAL_RUN / "model.pt", EVAL_LAUNCH)
+    net = nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Linear(64, 10))
+    try:
+        net.load_state_dict(torch.load(path, weights_only=True, map_location="cpu"))
+    except Exception:
+        ex.fail(f"{EVAL_RUN / 'model.pt'} is not the worker's model.", f"run {EVAL_LAUNCH} again, then this check.")
+    _, _, test = load_digits_28(seed=0)
+    images, labels = next(iter(DataLoader(test, batch_size=len(test))))
+    with torch.no_grad():
+        correct = int((net.eval()(images).argmax(1) == labels).sum())
+    return correct, len(test)
+
+
 @check
-def check_07_4(*, parts: Answer[Sequence[EvalResult]], pooled_acc: Answer[float], single: EvalResult) -> None:
+def check_07_4(*, parts: Answer[Sequence[EvalResult]], pooled_acc: Answer[float]) -> None:
+    """The single-process result is re-derived from the launch's model.pt (not passed by the cell)."""
     ex = Exercise("07.4")
     ex.given(parts=parts, pooled_acc=pooled_acc)
     parts = by_rank(parts)
     ex.require(parts is not None and len(parts) == 3 and all(isinstance(p, EvalResult) for p in parts),
                "`parts` is not one evaluation per shard.", "one `evaluate(...)` per rank r in 0, 1, 2.")
-    ex.require([p.count for p in parts] == _shard_sizes(single.count),
+    correct, count = _single(ex)
+    ex.require([integer(p.count) for p in parts] == _shard_sizes(count),
                "the shards do not cover the test set exactly once.",
                "use UnpaddedDistributedSampler(test_ds, num_replicas=3, rank=r).")
-    ex.require(close(pooled_acc, single.accuracy, abs_tol=1e-12) and
-               close(pooled_acc, sum(p.correct for p in parts) / single.count, abs_tol=1e-12),
+    ex.require(sum(integer(p.correct) or 0 for p in parts) == correct,
+               "the shards' correct counts do not add up to the trained model's on the whole test set.",
+               "evaluate the trained `net` (loaded from model.pt) on each shard.")
+    ex.require(close(pooled_acc, correct / count, abs_tol=1e-12),
                "`pooled_acc` is not the exact accuracy.", "pool the correct counts and the counts, then divide.")
     ex.correct()

@@ -13,11 +13,26 @@ from typing import Any
 import numpy as np
 import torch
 
-from ddp_helpers.exercises.core import Answer, Exercise, calls, check, close, find_file, flag, integer
+from ddp_helpers.exercises.core import (
+    Answer,
+    Exercise,
+    calls,
+    check,
+    close,
+    find_file,
+    flag,
+    integer,
+    run_file,
+)
 
 PLAIN_TRAIN_SIZE = 1400  # scripts/08_plain_digits.py trains on the first 1400 of the 1797 digits
 CONVERTED = "08_ex_ddp_digits.py"
 TEMPLATE_COPY = "train_ddp.py"  # the notebook's copy of templates/train_ddp.py
+# what the lesson's own launches wrote, read from the notebook's folder (never from the check cell)
+STRAIGHT = Path("runs/08_capstone/straight/final.pt")
+STRAIGHT_LAUNCH = "the uninterrupted launch of train_ddp.py (section 2)"
+SNAPSHOT = Path("runs/08_capstone/preempted_snapshot.pt")
+SNAPSHOT_LAUNCH = "the preempted launch of train_ddp.py (section 4)"
 
 
 def _out_of(command: str) -> str | None:
@@ -95,7 +110,8 @@ def check_08_1(*, converted: Answer[Any]) -> None:
 
 
 @check
-def check_08_2(*, killed_again: Answer[Any], equal: Answer[bool], reference: str | Path) -> None:
+def check_08_2(*, killed_again: Answer[Any], equal: Answer[bool]) -> None:
+    """The uninterrupted run compared with is the lesson's own (section 2), read from the notebook's folder."""
     ex = Exercise("08.2")
     ex.given(killed_again=killed_again, equal=equal)
     script = _launched(ex, "killed_again", killed_again, TEMPLATE_COPY)
@@ -120,9 +136,17 @@ def check_08_2(*, killed_again: Answer[Any], equal: Answer[bool], reference: str
                [(row.get("epoch"), row.get("attempt")) for row in log][-len(_printed(lines)):] == _printed(lines),
                "the run's log.json does not hold the epochs (and attempts) this launch printed.",
                "launch into a folder of its own, emptied first.")
-    folder, ref = run.parent, find_file(Path(reference) / "final.pt")
-    ex.require(ref is not None and (folder / "final.pt").is_file(), "a final.pt is missing.",
-               "run the uninterrupted launch of section 2 first, and let the killed run finish.")
+    folder, ref = run.parent, run_file(ex, STRAIGHT, STRAIGHT_LAUNCH)
+    ex.require(folder.resolve() != ref.parent.resolve(),
+               "`killed_again` was launched into the uninterrupted run's folder, so it is compared with itself.",
+               "launch into a folder of its own (`--out` runs/08_capstone/ex2), emptied first.")
+    straight = _read_json(ref.parent / "log.json")
+    ex.require(isinstance(straight, list) and straight and all(isinstance(row, dict) and row.get("attempt") == 0
+                                                             for row in straight),
+               f"{STRAIGHT.parent / 'log.json'} is not the log of one uninterrupted attempt.",
+               f"run {STRAIGHT_LAUNCH} again, then this check.")
+    ex.require((folder / "final.pt").is_file(), "the killed run's final.pt is missing.",
+               "let the killed run finish: torchrun must restart it (`--max-restarts=1`).")
     ex.require(_read_json(folder / "config.json") == _read_json(ref.parent / "config.json"),
                "the killed run's config differs from the uninterrupted run's, so their weights cannot be compared.",
                "launch with the same flags (ARGS) as section 2.")
@@ -158,13 +182,11 @@ def _boolean(value: object) -> bool | None:
 
 
 @check
-def check_08_3(*, next_epoch: Answer[int], next_step: Answer[int], next_lr: Answer[float],
-               snapshot: str | Path) -> None:
+def check_08_3(*, next_epoch: Answer[int], next_step: Answer[int], next_lr: Answer[float]) -> None:
+    """The snapshot is the one the lesson kept in section 4, read from the notebook's folder."""
     ex = Exercise("08.3")
     ex.given(next_epoch=next_epoch, next_step=next_step, next_lr=next_lr)
-    path = find_file(snapshot) if isinstance(snapshot, str | Path) else None
-    ex.require(path is not None, f"the snapshot {snapshot} cannot be found.", "run section 4 of the notebook first.")
-    snap = torch.load(path, map_location="cpu", weights_only=True)
+    snap = torch.load(run_file(ex, SNAPSHOT, SNAPSHOT_LAUNCH), map_location="cpu", weights_only=True)
     state = snap["state"]
     ex.require(integer(next_epoch) == state["epoch"], "`next_epoch` is not the epoch the next launch continues.",
                "the snapshot's \"state\" says where the loop stopped; a preempted epoch is continued, not skipped.")

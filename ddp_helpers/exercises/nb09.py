@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from ddp_helpers.exercises.core import (
     Answer,
@@ -19,6 +22,7 @@ from ddp_helpers.exercises.core import (
     flag,
     integer,
     launches_in,
+    lesson_folders,
     number,
     script_in,
 )
@@ -82,9 +86,9 @@ def _launched_envs(values: list[object]) -> list[list[dict[str, int]]]:
 
 
 @check
-def check_09_2(*, three_env: Answer[list[dict[str, str]]], expected: list[dict[str, str]] | None = None) -> None:
-    """``expected`` is not read: the check derives torchrun's environment itself, and finds the launch of
-    scripts/09_two_nodes.py in the notebook's namespace."""
+def check_09_2(*, three_env: Answer[list[dict[str, str]]]) -> None:
+    """The check derives torchrun's environment itself (nothing expected comes from the check cell), and finds
+    the launch of scripts/09_two_nodes.py in the notebook's namespace."""
     ex = Exercise("09.2")
     ex.given(three_env=three_env)
     got = _in_rank_order(three_env)
@@ -125,37 +129,79 @@ def _barrier_first(tree: ast.Module) -> bool:
     return bool(barriers) and bool(later) and min(barriers) < min(later)
 
 
-def _script_09_4(values: list[object]) -> Path | None:
-    """The barrier script the notebook launched (its failure carries the command), else the exercise's."""
-    for failure in launches_in(values, SCRIPT_09_4):
-        path = find_file(script_in(failure.command, SCRIPT_09_4))
-        if path is not None:
-            return path
-    return find_file(Path("scripts") / SCRIPT_09_4)
+def _launches_09_4(values: list[object]) -> list[Any]:
+    """The launches of the barrier script in the notebook (their failures carry the command)."""
+    return launches_in(values, SCRIPT_09_4)
+
+
+def _ran(launch: Any) -> int | None:
+    """How many processes a launch ran, from its command: --nproc-per-node times --nnodes."""
+    per, nodes = flag(launch.command, "--nproc-per-node"), flag(launch.command, "--nnodes") or "1"
+    return int(per) * int(nodes) if per and per.isdigit() and nodes.isdigit() else None
+
+
+def _out_of(command: str) -> Path | None:
+    """The run folder a launch of the barrier script wrote to: the script's first argument."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        words = command.split()
+    at = next((i for i, w in enumerate(words) if w.endswith(".py") and Path(w).name == SCRIPT_09_4), None)
+    if at is None or at + 1 >= len(words):
+        return None
+    out = Path(words[at + 1])
+    return out if out.is_absolute() else next((f / out for f in lesson_folders() if (f / out).is_dir()), None)
+
+
+def _hang_timeout_s(tree: ast.Module) -> float:
+    """The timeout of the script's group: a number written in ``timedelta(seconds=...)`` inside its
+    ``new_group`` call, else what the lesson passes as HANG_TIMEOUT_S (NB09_HANG_TIMEOUT_S, default 3 s)."""
+    for group in calls(tree, "new_group"):
+        for delta in calls(group, "timedelta"):
+            for keyword in delta.keywords:
+                if keyword.arg == "seconds" and isinstance(keyword.value, ast.Constant) \
+                        and isinstance(keyword.value.value, int | float) and not isinstance(keyword.value.value, bool):
+                    return float(keyword.value.value)
+    try:
+        return float(os.environ.get("NB09_HANG_TIMEOUT_S", "3"))
+    except ValueError:
+        return 3.0
 
 
 @check
-def check_09_4(*, out: str | Path, seconds: Answer[float], hang_timeout_s: float) -> None:
+def check_09_4(*, seconds: Answer[float]) -> None:
+    """The launch, its run folder and the hang's timeout come from the notebook's launch of the script and
+    from the script itself, never from the check cell."""
     ex = Exercise("09.4")
     ex.given(seconds=seconds)
-    script = _script_09_4(caller_values())
+    launches = _launches_09_4(caller_values())
+    ex.require(launches, f"no launch of scripts/{SCRIPT_09_4} in this notebook.",
+               f"launch it: `late, seconds = launch_failure(\"scripts/{SCRIPT_09_4}\", 2, args=[str(OUT)], ...)`.")
+    two = [launch for launch in launches if _ran(launch) == 2]
+    ex.require(two, "the launch did not run 2 processes.", "launch it with `launch_failure(..., 2, ...)`.")
+    script = find_file(script_in(two[-1].command, SCRIPT_09_4))
     ex.require(script is not None, f"scripts/{SCRIPT_09_4} cannot be found.", "run the cell that writes it.")
-    ex.require(_barrier_first(ex.tree_of(script)),
+    tree = ex.tree_of(script)
+    ex.require(_barrier_first(tree),
                f"{SCRIPT_09_4} does not call `dist.monitored_barrier` on every rank before the collectives.",
                "call `dist.monitored_barrier(...)` on every rank before the mismatched collectives, then write "
                "the file.")
-    ran = {flag(f.command, "--nproc-per-node") for f in launches_in(caller_values(), SCRIPT_09_4)}
-    ex.require(not ran or "2" in ran, "the launch did not run 2 processes.",
-               "launch it with `launch_failure(..., 2, ...)`.")
-    marker = find_file(Path(out) / "barrier_passed.txt")
-    ex.require(marker is not None, "barrier_passed.txt does not exist: rank 0 did not get past monitored_barrier.",
+    out = _out_of(two[-1].command)
+    ex.require(out is not None, "the launch names no run folder that exists.",
+               "pass the run folder as the script's argument: `args=[str(OUT)]`.")
+    marker = out / "barrier_passed.txt"
+    ex.require(marker.is_file(), "barrier_passed.txt does not exist: rank 0 did not get past monitored_barrier.",
                "call `dist.monitored_barrier(...)` on every rank before the mismatched collectives, then write "
                "the file.")
     ex.require(marker.stat().st_mtime >= script.stat().st_mtime,
                "barrier_passed.txt is older than the script: it was left by an earlier run.",
                "launch the script again (launch_failure empties the folder first).")
+    started = getattr(two[-1], "started", None)  # the launch's start (time.time()), which torchrun records
+    ex.require(not isinstance(started, int | float) or marker.stat().st_mtime >= started,
+               "barrier_passed.txt is older than the launch: it was left by an earlier run.",
+               "launch the script again (launch_failure empties the folder first).")
     ex.require(number(seconds) is not None, "`seconds` is not a number.", "the second value launch_failure returns.")
-    ex.require(number(seconds) >= float(hang_timeout_s),
+    ex.require(number(seconds) >= _hang_timeout_s(tree),
                "the run ended before the hang's timeout, so the mismatch after the barrier did not hang.",
                "keep the mismatched collectives (rank 0 all_reduce, rank 1 broadcast) after the barrier, in a group "
                "with the HANG_TIMEOUT_S timeout.")

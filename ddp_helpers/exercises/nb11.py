@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 import torch
 
-from ddp_helpers.exercises.core import Answer, Exercise, check, integer, integer_list, number_list, sequence
+from ddp_helpers.exercises.core import (
+    Answer,
+    Exercise,
+    check,
+    integer,
+    integer_list,
+    number_list,
+    run_json,
+    sequence,
+)
 
 
 def _reference_partition(sizes: Sequence[int], world_size: int) -> list[list[int]]:
@@ -34,9 +44,25 @@ def _ranks(value: object) -> list[list[int]] | None:
     return None if None in inner else inner  # type: ignore[return-value]
 
 
+RUNS = Path("runs/11_sharding")
+ZERO_LAUNCH = "the launch of scripts/11_zero.py (section 1)"
+FSDP2_LAUNCH = "the launch of scripts/11_fsdp2.py (section 4)"
+
+
+def _recorded_partitions(ex: Exercise) -> dict[str, list[list[int]]]:
+    """ZeroRedundancyOptimizer's own partitions, as the lesson's launch recorded them."""
+    record = run_json(ex, RUNS / "zero/results.json", ZERO_LAUNCH)
+    parts = {key: _ranks(record.get(key)) if isinstance(record, dict) else None
+             for key in ("partition", "partition_even")}
+    ex.require(None not in parts.values(), f"{RUNS / 'zero/results.json'} holds no partitions.",
+               f"run {ZERO_LAUNCH} again, then this check.")
+    return parts  # type: ignore[return-value]
+
+
 @check
 def check_11_1(*, predict_partition: Answer[Callable[[Sequence[int], int], list[list[int]]]],
-               found: Answer[Sequence[int]], recorded: Mapping[str, list[list[int]]]) -> None:
+               found: Answer[Sequence[int]]) -> None:
+    """The partitions are ZeRO's, read from the lesson's run (not passed by the cell)."""
     ex = Exercise("11.1")
     ex.given(predict_partition=predict_partition, found=found)
     ex.function("predict_partition", predict_partition)
@@ -44,8 +70,9 @@ def check_11_1(*, predict_partition: Answer[Callable[[Sequence[int], int], list[
         ex.require(_ranks(predict_partition(sizes, n)) == _reference_partition(sizes, n),
                    f"predict_partition({sizes}, {n}) is wrong.",
                    "largest first; each goes to the first rank with the smallest total so far.")
+    recorded = _recorded_partitions(ex)
     for key, widths in (("partition", (32, 64, 64, 8)), ("partition_even", (32, 32, 32))):
-        ex.require(_ranks(predict_partition(_sizes_of(widths), 2)) == _ranks(recorded[key]),
+        ex.require(_ranks(predict_partition(_sizes_of(widths), 2)) == recorded[key],
                    f"your partition of make_stack{widths} differs from the recorded `{key}`.",
                    "see the small cases above.")
     found = integer_list(found)
@@ -90,11 +117,18 @@ def _payloads(value: object) -> dict[str, dict[str, int]] | None:
 
 
 @check
-def check_11_3(*, predicted: Answer[dict[str, dict[str, int]]], model: Iterable[torch.nn.Module],
-               recorded: Mapping[str, dict[str, int]]) -> None:
+def check_11_3(*, predicted: Answer[dict[str, dict[str, int]]]) -> None:
+    """The model is the worker's (``make_stack()``, section 1's model) and the counted payloads are the ones
+    the lesson's launch recorded, read here: the check cell passes neither."""
     ex = Exercise("11.3")
     ex.given(predicted=predicted)
-    layer = [4 * sum(p.numel() for p in m.parameters()) for m in model if isinstance(m, torch.nn.Linear)]
+    record = run_json(ex, RUNS / "fsdp2/results.json", FSDP2_LAUNCH)
+    recorded = record.get("reshard_True") if isinstance(record, dict) else None
+    ex.require(isinstance(recorded, Mapping), f"{RUNS / 'fsdp2/results.json'} holds no \"reshard_True\" record.",
+               f"run {FSDP2_LAUNCH} again, then this check.")
+    from ddp_helpers.sharding import make_stack
+
+    layer = [4 * sum(p.numel() for p in m.parameters()) for m in make_stack() if isinstance(m, torch.nn.Linear)]
     truth = {"forward_bytes": {"all_gather": sum(layer)},
              "backward_bytes": {"all_gather": sum(layer), "reduce_scatter": sum(layer)}}
     got = _payloads(predicted)

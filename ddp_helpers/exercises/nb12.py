@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ddp_helpers.exercises.core import Answer, Exercise, check, integer, sequence
+from ddp_helpers.exercises.core import F32_ATOL, Answer, Exercise, check, integer, sequence
 
 
 def _partials(dense: torch.nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
@@ -19,14 +19,13 @@ def _partials(dense: torch.nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
                 for rows in (slice(0, half), slice(half, None))]
 
 
-def _close(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
-    """Equal to ``tol`` (at least float32's rounding for values of size ~1)."""
-    return a.shape == b.shape and bool((a.double() - b.double()).abs().max() <= max(float(tol), 1e-5))
+def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Equal to F32_ATOL: the exercise computes in float32, so values of size ~1 differ by its rounding."""
+    return a.shape == b.shape and bool((a.double() - b.double()).abs().max() <= F32_ATOL)
 
 
 @check
-def check_12_1(*, partials: Answer[Sequence[torch.Tensor]], dense: torch.nn.Module, x: torch.Tensor,
-               tol: float) -> None:
+def check_12_1(*, partials: Answer[Sequence[torch.Tensor]], dense: torch.nn.Module, x: torch.Tensor) -> None:
     ex = Exercise("12.1")
     ex.given(partials=partials)
     items = sequence(partials)
@@ -36,10 +35,10 @@ def check_12_1(*, partials: Answer[Sequence[torch.Tensor]], dense: torch.nn.Modu
     parts = [torch.as_tensor(p).detach() for p in items]
     ex.require(all(p.shape == truth[0].shape for p in parts), "a partial output does not have the dense output's shape.",
                "multiply the hidden slice by the matching columns of down.weight.")
-    ex.require(_close(parts[0] + parts[1], truth[0] + truth[1], tol),
-               f"the partials plus down.bias do not equal the dense output (tol {tol}).",
+    ex.require(_close(parts[0] + parts[1], truth[0] + truth[1]),
+               f"the partials plus down.bias do not equal the dense output (atol {F32_ATOL}, float32).",
                "rows of `up` (weight and bias) and the same indices as columns of `down`; add down.bias once.")
-    ex.require(all(_close(p, t, tol) for p, t in zip(parts, truth, strict=True)),
+    ex.require(all(_close(p, t) for p, t in zip(parts, truth, strict=True)),
                "a partial output is not what its half of the hidden units gives.",
                "each half must use only its own rows: rank r takes split_range(64, r, 2).")
     ex.correct()
@@ -67,8 +66,8 @@ def check_12_2(*, crossover: Answer[int]) -> None:
 
 
 @check
-def check_12_3(*, averaged: Answer[torch.Tensor], dense: torch.nn.Module, x: torch.Tensor, y: torch.Tensor,
-               tol: float) -> None:
+def check_12_3(*, averaged: Answer[torch.Tensor], dense: torch.nn.Module, x: torch.Tensor,
+               y: torch.Tensor) -> None:
     ex = Exercise("12.3")
     ex.given(averaged=averaged)
     mse = torch.nn.functional.mse_loss
@@ -80,7 +79,8 @@ def check_12_3(*, averaged: Answer[torch.Tensor], dense: torch.nn.Module, x: tor
     truth = (halves[0] + halves[1]) / 2
     ex.require(isinstance(averaged, torch.Tensor | np.ndarray) and tuple(averaged.shape) == tuple(truth.shape),
                "`averaged` is not a gradient of `dense.up.weight`.", "average the two halves' gradients of up.weight.")
-    ex.require(_close(torch.as_tensor(averaged), truth, tol),
-               f"`averaged` is not the average of the two halves' gradients of the sum loss (atol {tol}).",
+    ex.require(_close(torch.as_tensor(averaged), truth),
+               f"`averaged` is not the average of the two halves' gradients of the sum loss (atol {F32_ATOL}, "
+               "float32).",
                "reduction=\"sum\" on each half of 8 samples, then (g0 + g1) / 2.")
     ex.correct()

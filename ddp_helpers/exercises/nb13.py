@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
-from ddp_helpers.exercises.core import Answer, Exercise, check, close, integer, integer_list, number_list
+from ddp_helpers.exercises.core import (
+    Answer,
+    Exercise,
+    check,
+    close,
+    integer,
+    integer_list,
+    number_list,
+    run_json,
+)
 
 
 def _bubble(stages: int, microbatches: int, per_rank: int = 1) -> float:
@@ -62,11 +72,26 @@ def _idle_by_rank(timeline: Sequence[Sequence[dict]]) -> list[float]:
     return [1 - sum(e["end"] - e["start"] for e in events) / span for events in timeline]
 
 
+SCHEDULES_RUN = Path("runs/13_pipeline/schedules/results.json")
+SCHEDULES_LAUNCH = "the launch of scripts/13_schedules.py (section 2)"
+
+
+def _gpipe_timeline(ex: Exercise) -> list[list[dict]]:
+    """The GPipe step's events per rank, as the lesson's launch recorded them (read here, not passed by the cell)."""
+    runs = run_json(ex, SCHEDULES_RUN, SCHEDULES_LAUNCH)
+    try:
+        timeline = [list(r["events"]) for r in runs["runs"]["GPipe"]]
+        _idle_by_rank(timeline)
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        ex.fail(f"{SCHEDULES_RUN} holds no GPipe timeline.", f"run {SCHEDULES_LAUNCH} again, then this check.")
+    return timeline
+
+
 @check
-def check_13_3(*, idle_by_rank: Answer[Sequence[float]], timeline: Sequence[Sequence[dict]]) -> None:
+def check_13_3(*, idle_by_rank: Answer[Sequence[float]]) -> None:
     ex = Exercise("13.3")
     ex.given(idle_by_rank=idle_by_rank)
-    truth = _idle_by_rank(timeline)
+    truth = _idle_by_rank(_gpipe_timeline(ex))
     values = number_list(idle_by_rank)
     ex.require(values is not None and len(values) == len(truth), "`idle_by_rank` is not one number per rank.",
                "a list with one fraction per rank, rank 0 first.")

@@ -8,7 +8,7 @@ from fractions import Fraction
 import numpy as np
 import torch
 
-from ddp_helpers.exercises.core import Answer, Exercise, check, close, integer_list
+from ddp_helpers.exercises.core import F32_ATOL, Answer, Exercise, check, close, integer_list
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -18,8 +18,7 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tenso
 
 
 @check
-def check_14_1(*, merged: Answer[torch.Tensor], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-               tol: float) -> None:
+def check_14_1(*, merged: Answer[torch.Tensor], q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     ex = Exercise("14.1")
     ex.given(merged=merged)
     truth = _attention(q, k, v)
@@ -27,7 +26,7 @@ def check_14_1(*, merged: Answer[torch.Tensor], q: torch.Tensor, k: torch.Tensor
                "`merged` is not an attention output of q's shape.",
                "one output row per query: the partials have q's shape, and so has their merge.")
     error = (torch.as_tensor(merged).detach().double() - truth).abs().max().item()
-    ex.require(error <= max(float(tol), 1e-5), f"`merged` is not the attention of q over all keys (tol {tol}).",
+    ex.require(error <= F32_ATOL, f"`merged` is not the attention of q over all keys (atol {F32_ATOL}, float32).",
                "weight each block's output by exp(its log-sum-exp - the log-sum-exp of all blocks), then add; "
                "a plain mean ignores how much of the softmax each block holds.")
     ex.correct()

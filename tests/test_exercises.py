@@ -23,7 +23,8 @@ import numpy as np
 import pytest
 import torch
 from _pytest._code import ExceptionInfo
-from exercise_references import reducer_buckets, reducer_count, zero_partition  # tests/ is on sys.path
+from exercise_calls import put  # tests/ is on sys.path
+from exercise_references import reducer_buckets, reducer_count, zero_partition
 from IPython.core.ultratb import VerboseTB
 from torch import nn
 from torch.utils.data import DistributedSampler
@@ -87,12 +88,7 @@ def test_ids_cover_every_notebook_exercise():
 def lesson_folder(tmp_path, monkeypatch, files: dict) -> dict:
     """A fake notebook folder (the running notebook's, JPY_SESSION_NAME) holding the runs ``files``."""
     for relative, value in files.items():
-        path = tmp_path / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.suffix == ".json":
-            path.write_text(json.dumps(value))
-        else:
-            torch.save(value, path)
+        put(tmp_path, relative, value)
     monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "notebook.ipynb"))
     return files
 

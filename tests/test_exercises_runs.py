@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from exercise_references import reducer_buckets, reducer_count, zero_partition  # tests/ is on sys.path
+from exercise_calls import notebook_in, put, refused_text  # tests/ is on sys.path
+from exercise_references import reducer_buckets, reducer_count, zero_partition
 from torch import nn
 from torch.utils.data import DataLoader
 
@@ -43,17 +44,6 @@ atexit.register(shutil.rmtree, TMP, ignore_errors=True)
 LESSON, EMPTY, ODD = TMP / "lesson", TMP / "empty_lesson", TMP / "odd_lesson"  # a run, none, a run that differs
 for folder in (LESSON, EMPTY, ODD):
     folder.mkdir()
-
-
-def put(folder: Path, relative: str, obj: object) -> Path:
-    """Write ``obj`` where a lesson's launch writes it: JSON for .json, torch.save otherwise."""
-    path = folder / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".json":
-        path.write_text(json.dumps(obj))
-    else:
-        torch.save(obj, path)
-    return path
 
 
 # --- 04.3: DDP's own buckets; the truth needs no run -----------------------------------------------
@@ -443,21 +433,12 @@ def run_case(exid, kwargs):
     kwargs = dict(kwargs)
     make_late, folder = kwargs.pop("_late", None), kwargs.pop("_lesson", LESSON)
     late = make_late() if make_late else None  # noqa: F841
-    before = os.environ["JPY_SESSION_NAME"]
-    os.environ["JPY_SESSION_NAME"] = str(folder / "notebook.ipynb")
-    try:
+    with notebook_in(folder):
         return exercises.CHECKS[exid](**kwargs)
-    finally:
-        os.environ["JPY_SESSION_NAME"] = before
 
 
 def refused(exid, kwargs):
-    with pytest.raises(exercises.CheckFailed) as info:
-        run_case(exid, kwargs)
-    text = str(info.value)
-    assert text.startswith(f"Exercise {exid}: ") and "\nHint: " in text, text
-    assert "Traceback" not in text and "def check_" not in text
-    return text
+    return refused_text(exid, lambda: run_case(exid, kwargs))
 
 
 def test_every_changed_check_has_its_cases():

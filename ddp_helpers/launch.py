@@ -34,12 +34,15 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, get_args
+from typing import IO, TYPE_CHECKING, Literal, NoReturn, get_args
 
 import psutil
 
 from ddp_helpers.runtime import FAILURES_ENV
 from ddp_helpers.tracebacks import install_traceback_filter
+
+if TYPE_CHECKING:
+    import argparse
 
 # torchrun prefixes every line a worker writes with this (global rank).
 _PREFIX_TEMPLATE = "[rank${rank}]:"
@@ -208,7 +211,7 @@ def _check_arg_list(name: str, seq: Sequence[Arg]) -> list[str]:
     return [os.fspath(a) if isinstance(a, os.PathLike) else str(a) for a in seq]
 
 
-def _check_torchrun_flags(flags: list[str]):
+def _check_torchrun_flags(flags: list[str]) -> argparse.Namespace:
     """Parse the flags with torchrun's own parser: a rejected flag fails here, before
     anything starts, with torchrun's message. Returns the parsed namespace."""
     from torch.distributed.run import get_args_parser
@@ -219,7 +222,7 @@ def _check_torchrun_flags(flags: list[str]):
             raise ValueError(f"pass {flag!r} through the nproc/nnodes parameters, not torchrun_args")
     parser = get_args_parser()
 
-    def rejected(message):
+    def rejected(message: str) -> NoReturn:
         raise ValueError(f"torchrun rejected torchrun_args={flags!r}: {message}. "
                          "See `torchrun --help` for its flags.")
 
@@ -227,7 +230,9 @@ def _check_torchrun_flags(flags: list[str]):
     return parser.parse_args([*flags, "worker.py"])
 
 
-def _validate(script, nproc, nnodes, timeout, args, torchrun_args, env, live):
+def _validate(script: str | os.PathLike, nproc: int, nnodes: int, timeout: float, args: Sequence[Arg],
+              torchrun_args: Sequence[Arg], env: Mapping[str, str] | None, live: str,
+              ) -> tuple[Path, list[str], list[str], argparse.Namespace, str]:
     """Check every argument before anything is printed or started.
 
     Returns (script path, worker args, torchrun flags, parsed torchrun flags, live mode).
@@ -329,13 +334,13 @@ def _with_parent_death_signal(argv: list[str]) -> list[str]:
     return [setpriv, "--pdeathsig", "TERM", "--", *argv] if setpriv else list(argv)
 
 
-def _pump(stream, tag, q):
+def _pump(stream: IO[str], tag: str, q: queue.Queue) -> None:
     for line in iter(stream.readline, ""):
         q.put((tag, line))
     q.put((tag, None))
 
 
-def _tree(procs):
+def _tree(procs: Sequence[subprocess.Popen]) -> list[psutil.Process]:
     alive = []
     for p in procs:
         try:
@@ -422,8 +427,9 @@ def torchrun(
             raise
 
 
-def _run(plan, path, nproc, nnodes, script_args, env, caller_env, torchrun_args, timeout, live_mode,
-         summary, failures_dir, started: float) -> LaunchResult:
+def _run(plan: LaunchPlan, path: Path, nproc: int, nnodes: int, script_args: list[str], env: dict[str, str],
+         caller_env: dict[str, str], torchrun_args: list[str], timeout: float, live_mode: str, summary: bool,
+         failures_dir: str, started: float) -> LaunchResult:
     """Start the plan's agents, stream their output, and return or raise as torchrun() says."""
     __tracebackhide__ = True
     shown = plan.shown
@@ -505,7 +511,8 @@ def _run(plan, path, nproc, nnodes, script_args, env, caller_env, torchrun_args,
 RECORD_ENV = "DDP_HELPERS_RECORD"
 
 
-def _record_launch(path, nproc, nnodes, script_args, env, torchrun_args, timeout, codes) -> None:
+def _record_launch(path: Path, nproc: int, nnodes: int, script_args: list[str], env: Mapping[str, str],
+                   torchrun_args: list[str], timeout: float, codes: list[int]) -> None:
     """Append this launch to the JSON-lines file DDP_HELPERS_RECORD names, if set.
 
     `make execute` sets it, and tools/gpu_check.py replays the recorded launches on GPUs.
@@ -537,7 +544,7 @@ def _first_failure(agent_log: str, failures_dir: str) -> tuple[int | None, dict]
     return (int(m.group(1)) if m else None), {}
 
 
-def _failure(result, agent_log, shown, codes, failures_dir):
+def _failure(result: LaunchResult, agent_log: str, shown: str, codes: list[int], failures_dir: str) -> LaunchError:
     exitcodes = {int(r): int(c) for r, c in _FAILURE_RE.findall(agent_log)}
     rank, record = _first_failure(agent_log, failures_dir)
     if rank is None:  # no report (agent killed, bad flag): fall back to what we know

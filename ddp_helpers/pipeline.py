@@ -219,14 +219,14 @@ class BuiltSchedule:
     stages: int
     timer: StageTimer
 
-    def step(self, x: torch.Tensor, y: torch.Tensor, **kwargs):
+    def step(self, x: torch.Tensor, y: torch.Tensor, **kwargs: object) -> object:
         """One step: the first stage feeds the whole batch ``x``, the last stage gets the target ``y``."""
         first, last = 0 in self.ids, self.stages - 1 in self.ids
         return self.schedule.step(*([x] if first else []), **({"target": y} if last else {}), **kwargs)
 
 
 def build_schedule(name: str, model: nn.Sequential, rank: int, ranks: int, device: torch.device,
-                   microbatches: int, loss_fn: Callable, **schedule_kwargs) -> BuiltSchedule:
+                   microbatches: int, loss_fn: Callable, **schedule_kwargs: object) -> BuiltSchedule:
     """``torch.distributed.pipelining``'s ``Schedule<name>`` over this rank's stages of ``model``
     (copies of its blocks, :func:`stage_module`), made by hand with ``PipelineStage`` and timed."""
     import torch.distributed.pipelining as pp
@@ -316,7 +316,7 @@ class SavedBytes:
         return _Held(tensor, self)
 
     @staticmethod
-    def _unpack(packed):
+    def _unpack(packed: torch.Tensor | _Held) -> torch.Tensor:
         return packed.tensor if isinstance(packed, _Held) else packed
 
     def _add(self, key: tuple[int, int], nbytes: int) -> None:

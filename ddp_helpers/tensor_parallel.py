@@ -38,12 +38,13 @@ class _CopyToParallel(torch.autograd.Function):
     """Megatron's f: every rank uses the whole input; their input gradients are summed."""
 
     @staticmethod
-    def forward(ctx, x, group):
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor, group: dist.ProcessGroup | None,
+                ) -> torch.Tensor:
         ctx.group = group
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         grad = grad.clone()
         dist.all_reduce(grad, group=ctx.group)
         return grad, None
@@ -53,13 +54,14 @@ class _ReduceFromParallel(torch.autograd.Function):
     """Megatron's g: sum the ranks' partial outputs; the gradient passes through unchanged."""
 
     @staticmethod
-    def forward(ctx, x, group):
+    def forward(ctx: torch.autograd.function.FunctionCtx, x: torch.Tensor, group: dist.ProcessGroup | None,
+                ) -> torch.Tensor:
         x = x.clone()
         dist.all_reduce(x, group=group)
         return x
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: torch.autograd.function.FunctionCtx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         return grad, None
 
 

@@ -347,34 +347,36 @@ def by_rank(value: object) -> list | None:
 
 # --- files and scripts beside the notebook --------------------------------------------------------
 
+def _running_notebook_folder() -> list[Path]:
+    """The running notebook's folder when Jupyter names it (JPY_SESSION_NAME is its path), else nothing."""
+    session = os.environ.get("JPY_SESSION_NAME", "")
+    return [Path(session).parent] if session.endswith(".ipynb") else []
+
+
 def notebook_folders() -> list[Path]:
-    """Where a notebook's relative paths may start: the running notebook's folder (Jupyter sets
-    JPY_SESSION_NAME to its path), the working directory, then the series' notebooks/."""
+    """Where a learner's relative paths (scripts, their own run folders) may start: the running notebook's
+    folder, the working directory, then the series' notebooks/."""
     from ddp_helpers.series import NOTEBOOK_DIR
 
-    folders = []
-    session = os.environ.get("JPY_SESSION_NAME", "")
-    if session.endswith(".ipynb"):
-        folders.append(Path(session).parent)
-    folders += [Path.cwd(), NOTEBOOK_DIR]
-    return folders
+    return [*_running_notebook_folder(), Path.cwd(), NOTEBOOK_DIR]
 
 
 def lesson_folders() -> list[Path]:
-    """Where a lesson's launches wrote their runs: the running notebook's folder when Jupyter names it
-    (JPY_SESSION_NAME), else the series' notebooks/; never the working directory."""
-    session = os.environ.get("JPY_SESSION_NAME", "")
-    if session.endswith(".ipynb"):
-        return [Path(session).parent]
+    """Where the lesson's own launches wrote their runs: the running notebook's folder, else the series'
+    notebooks/; never the working directory."""
     from ddp_helpers.series import NOTEBOOK_DIR
 
-    return [NOTEBOOK_DIR]
+    return _running_notebook_folder() or [NOTEBOOK_DIR]
+
+
+def _first_file(relative: Path, folders: list[Path]) -> Path | None:
+    return next((folder / relative for folder in folders if (folder / relative).is_file()), None)
 
 
 def run_file(ex: Exercise, relative: str | os.PathLike, launch: str) -> Path:
     """A file that the lesson's launch ``launch`` (e.g. "the launch of section 2") wrote under the
     notebook's folder; a CheckFailed naming that launch when it is missing."""
-    found = next((folder / relative for folder in lesson_folders() if (folder / relative).is_file()), None)
+    found = _first_file(Path(relative), lesson_folders())
     if found is None:
         ex.fail(f"{relative} does not exist, so there is no recorded run to check against.",
                 f"run {launch} first, then this check again.")
@@ -396,7 +398,7 @@ def find_file(path: str | os.PathLike) -> Path | None:
     path = Path(path)
     if path.is_absolute():
         return path if path.is_file() else None
-    return next((folder / path for folder in notebook_folders() if (folder / path).is_file()), None)
+    return _first_file(path, notebook_folders())
 
 
 def script_in(command_or_args: object, expected: str) -> str | None:

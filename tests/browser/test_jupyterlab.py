@@ -96,12 +96,12 @@ def open_notebook(browser, lab, name, folder="notebooks"):
     n_cells = len(json.loads((root / folder / name).read_text())["cells"])
     page.wait_for_function(f"() => document.querySelectorAll('.jp-Notebook .jp-Cell').length === {n_cells}",
                            timeout=60_000)
-    select = page.locator(".jp-Dialog button", has_text="Select")
-    try:  # a fresh JupyterLab may ask which kernel to start
-        select.wait_for(timeout=10_000)
-        select.click()
-    except playwright.TimeoutError:
-        pass
+    # A fresh JupyterLab may ask which kernel to start: wait for that question or an idle kernel,
+    # whichever comes first (a fixed wait for a question that never comes cost 10 s a notebook).
+    select = ".jp-Dialog button:has-text('Select')"
+    page.wait_for_selector(f"{IDLE}, {select}", state="attached", timeout=60_000)
+    if page.locator(select).count():
+        page.locator(select).first.click()
     page.wait_for_selector(IDLE, state="attached", timeout=60_000)
     return page
 

@@ -79,7 +79,7 @@ def test_a_stale_signature_or_body_line_is_caught():
     sources = helper_sources()
     assert stale_lines(stdout, sources) == []
     signature = next(line for line in stdout.splitlines() if line.lstrip().startswith("def "))
-    unannotated = re.sub(r"\(.*", "(ctx, x, group):", signature)  # the signature before its type hints
+    unannotated = re.sub(r"\(.*", "(ctx, x, group):", signature)  # a stale signature, as before type hints
     assert stale_lines(stdout.replace(signature, unannotated, 1), sources)[0] == unannotated
     body = next(line for line in stdout.splitlines() if "all_reduce(" in line)
     assert stale_lines(stdout.replace(body, body + "  # changed", 1), sources)[0] == body + "  # changed"

@@ -6,7 +6,10 @@ run ends prints a deterministic rank-ordered summary of what each rank wrote to
 stdout. A failing rank raises :class:`WorkerFailed` naming the rank, its exit
 code and the tail of its traceback. A timeout or an interrupt (the notebook's
 stop button) terminates every process the launch started: no orphans. So does a
-killed kernel, on Linux: each agent starts under ``setpriv --pdeathsig TERM``.
+killed kernel, on every platform: a watchdog process (:mod:`ddp_helpers.launch_watchdog`) ends
+the launch's whole process tree when the process that called ``torchrun`` dies; on Linux each
+agent also starts under ``setpriv --pdeathsig TERM``, which covers the moment before the
+watchdog starts.
 The command printed before a launch is derived from the one that runs
 (:class:`LaunchPlan`), less the flags the launcher adds for itself.
 
@@ -334,6 +337,30 @@ def _with_parent_death_signal(argv: list[str]) -> list[str]:
     return [setpriv, "--pdeathsig", "TERM", "--", *argv] if setpriv else list(argv)
 
 
+_WATCHDOG = str(Path(__file__).resolve().with_name("launch_watchdog.py"))
+_WATCHDOG_GRACE_S = 3.0  # a dead caller's launch: SIGTERM, then SIGKILL after this (all gone within 10 s)
+
+
+def _start_watchdog(agents: Sequence[subprocess.Popen]) -> subprocess.Popen:
+    """One watchdog for the launch's agents (see :mod:`ddp_helpers.launch_watchdog`): in a session of
+    its own, so that whatever kills this process's group (a kernel restart) spares it."""
+    return subprocess.Popen([sys.executable, "-P", _WATCHDOG, str(os.getpid()), str(_WATCHDOG_GRACE_S),
+                             *(str(p.pid) for p in agents)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def _stop_watchdog(watchdog: subprocess.Popen | None) -> None:
+    """The launch is over here: the watchdog exits once the agents have (reaped, so no zombie stays)."""
+    if watchdog is None:
+        return
+    try:
+        watchdog.wait(timeout=2 * _KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        watchdog.kill()
+        watchdog.wait()
+
+
 def _pump(stream: IO[str], tag: str, q: queue.Queue) -> None:
     for line in iter(stream.readline, ""):
         q.put((tag, line))
@@ -448,6 +475,7 @@ def _run(plan: LaunchPlan, path: Path, nproc: int, nnodes: int, script_args: lis
     write_live = _live_sink(live_mode)
     q: queue.Queue = queue.Queue()
     procs = []
+    watchdog = None
     result = LaunchResult(command=shown, started=started)
     agent_log: list[str] = []
     start = time.monotonic()
@@ -458,6 +486,7 @@ def _run(plan: LaunchPlan, path: Path, nproc: int, nnodes: int, script_args: lis
             procs.append(p)
             for tag, stream in (("out", p.stdout), ("err", p.stderr)):
                 threading.Thread(target=_pump, args=(stream, tag, q), daemon=True).start()
+        watchdog = _start_watchdog(procs)
         open_streams = 2 * len(procs)
         while open_streams:
             remaining = timeout - (time.monotonic() - start)
@@ -497,6 +526,7 @@ def _run(plan: LaunchPlan, path: Path, nproc: int, nnodes: int, script_args: lis
         terminate(procs)
         raise
     finally:
+        _stop_watchdog(watchdog)
         result.seconds = time.monotonic() - start
         result.agent_log = agent_log
     codes = [p.returncode for p in procs]

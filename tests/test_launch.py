@@ -457,46 +457,80 @@ def test_shown_command_refuses_another_program_and_a_changed_line():
         shown_command(plan.argv(), ("--not-there",))  # an own flag that is not in the line
 
 
-def test_killing_the_kernel_leaves_no_worker(tmp_path):
-    """A notebook kernel that dies (SIGKILL: nothing of it runs any more) takes its launch with it:
-    the agent gets SIGTERM from Linux (setpriv --pdeathsig) and stops its workers. The control: the
-    same agent started without it outlives its parent."""
-    import shutil
+# An agent that will not stop: SIGTERM ignored (as a torchrun agent whose exit hangs in its log-tail
+# threads), with a child that ignores it too; both write a marker, then sleep. Run as the "agent" of a launch.
+STUBBORN_AGENT = """
+    import os, pathlib, signal, subprocess, sys, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    out = pathlib.Path(sys.argv[-1])
+    child = subprocess.Popen([sys.executable, "-c", "import signal, time, pathlib, sys; "
+                              "signal.signal(signal.SIGTERM, signal.SIG_IGN); pathlib.Path(sys.argv[1]).touch(); "
+                              "time.sleep(600)", str(out / "started_child"), sys.argv[0]])
+    (out / "started_agent").touch()
+    time.sleep(600)
+"""
 
-    if not (sys.platform.startswith("linux") and shutil.which("setpriv")):
-        pytest.skip("the parent-death signal needs Linux and setpriv (util-linux)")
+
+def started_then_killed(tmp_path, cell, marker, wait_s, markers=1):
+    """Run ``cell`` in a fresh interpreter (the kernel), SIGKILL it once ``markers`` of its processes have
+    started, and return what of them is still alive after ``wait_s`` seconds (bounded waits only)."""
+    driver = subprocess.Popen([sys.executable, "-c", cell], env={**os.environ, "DDP_HELPERS_LIVE": "quiet"},
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob(f"{marker}/started*"))) < markers:
+        assert time.monotonic() < deadline and driver.poll() is None, "the worker never started"
+        time.sleep(0.1)
+    driver.kill()
+    driver.wait(timeout=10)
+    deadline = time.monotonic() + wait_s
+    while leftovers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    survivors = leftovers()
+    for p in survivors:  # a failed check leaves nothing behind for the next tests
+        with contextlib.suppress(psutil.NoSuchProcess):
+            p.kill()
+    return survivors
+
+
+# The kernel's cell, run in a fresh interpreter: {setup} then a launch of {script} into {out}.
+KERNEL_CELL = """
+import sys
+from ddp_helpers import launch, torchrun
+{setup}
+torchrun({script!r}, nproc=1, args=[{out!r}], timeout=120)
+"""
+# Linux-only paths off, as on macOS: no setpriv (so no parent-death signal) and no /proc for the launcher.
+AS_MACOS = ("sys.platform = 'darwin'\n"
+            "launch.shutil.which = lambda name, *a, **k: None\n"
+            "launch.os.path.exists = lambda path: not str(path).startswith(('/proc', '/sys'))")
+
+
+@pytest.mark.parametrize("setup", ["", AS_MACOS], ids=["linux", "as-macos"])
+def test_killing_the_kernel_leaves_no_worker(tmp_path, setup):
+    """A notebook kernel that dies (SIGKILL: nothing of it runs any more) takes its launch with it within
+    10 s: the launch's watchdog ends every process of it. Also with the Linux-only paths off (macOS)."""
     script = write(tmp_path, "hang_kill", HANG)
-
-    def started_then_killed(cell, marker, wait_s):
-        driver = subprocess.Popen([sys.executable, "-c", cell], env={**os.environ, "DDP_HELPERS_LIVE": "quiet"},
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while not list(tmp_path.glob(f"{marker}/started*")):
-            assert time.monotonic() < deadline and driver.poll() is None, "the worker never started"
-            time.sleep(0.2)
-        driver.kill()
-        driver.wait(timeout=10)
-        deadline = time.monotonic() + wait_s
-        while leftovers() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        return leftovers()
-
-    def kill(processes):
-        for p in processes:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.kill()
-
     (tmp_path / "helper").mkdir()
-    cell = ("from ddp_helpers import torchrun\n"
-            f"torchrun({str(script)!r}, nproc=1, args=[{str(tmp_path / 'helper')!r}], timeout=120)")
-    survivors = started_then_killed(cell, "helper", wait_s=20)
-    kill(survivors)  # a failed check leaves nothing behind for the next tests
-    assert survivors == []
+    cell = KERNEL_CELL.format(setup=setup, script=str(script), out=str(tmp_path / "helper"))
+    assert started_then_killed(tmp_path, cell, "helper", wait_s=10) == []
+
+
+def test_an_agent_that_ignores_sigterm_is_killed_with_its_child(tmp_path):
+    """What no SIGTERM path can do: an agent that will not stop (a torchrun agent whose exit hangs
+    in its log-tail threads) and its child both end within 10 s of the kernel's death."""
+    agent = write(tmp_path, "stubborn_agent", STUBBORN_AGENT)
+    (tmp_path / "stubborn").mkdir()
+    setup = f"launch._TORCHRUN = (sys.executable, {str(agent)!r})  # the stubborn agent instead of torchrun"
+    cell = KERNEL_CELL.format(setup=setup, script=str(agent), out=str(tmp_path / "stubborn"))
+    assert started_then_killed(tmp_path, cell, "stubborn", wait_s=10, markers=2) == []
+
+
+def test_without_the_launcher_the_agent_outlives_its_parent(tmp_path):
+    """The control: the same agent started by a plain Popen stays after its parent's death."""
+    script = write(tmp_path, "hang_kill", HANG)
     (tmp_path / "plain").mkdir()
     plain = ("import subprocess, sys, time\n"
              f"subprocess.Popen([sys.executable, '-m', 'torch.distributed.run', '--standalone', "
              f"'--nproc-per-node=1', {str(script)!r}, {str(tmp_path / 'plain')!r}], start_new_session=True)\n"
              "time.sleep(600)")
-    orphans = started_then_killed(plain, "plain", wait_s=5)  # orphans stay: 5 s of them show it
-    kill(orphans)
-    assert orphans, "without the parent-death signal the agent should outlive its parent"
+    assert started_then_killed(tmp_path, plain, "plain", wait_s=3), "the agent should outlive its parent"

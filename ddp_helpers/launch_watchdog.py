@@ -1,0 +1,131 @@
+"""Ends a launch's processes when the process that launched them dies, whatever killed it.
+
+The launcher (:mod:`ddp_helpers.launch`) starts one watchdog per launch, right after the torchrun
+agents, in a session of its own (a kernel restart that kills the kernel's process group spares it):
+
+    python -P launch_watchdog.py CALLER_PID GRACE_S AGENT_PID [AGENT_PID ...]
+
+It checks ten times a second whether its parent is still ``CALLER_PID`` (``os.getppid()``: the same on
+Linux and macOS, no ``prctl``). While the caller lives it only keeps a list of every process in the
+agents' trees, so that workers and their DataLoader workers stay known even after an agent has died
+and they were re-parented. When the caller dies (or this watchdog gets SIGTERM, SIGINT or SIGHUP) it
+sends SIGTERM to all of them, gives them ``GRACE_S`` seconds to stop, then freezes (SIGSTOP, so
+nothing forks any more) and SIGKILLs whatever is left. It never waits on torch's own shutdown: a
+torchrun agent that got SIGTERM can stop its workers and then hang at interpreter exit, waiting for
+its log-tail threads (``torch/distributed/elastic/multiprocessing/tail_log.py``, ``TailLog``), which
+nobody stops; that agent is killed here after the grace period. It exits by itself once every agent
+has ended and the caller still lives (the launch is over; the launcher handles its own leftovers).
+
+It runs by path with ``python -P`` and imports only the standard library and psutil: importing
+``ddp_helpers`` would import torch (seconds), and ``-P`` keeps this folder's modules off ``sys.path``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterable
+
+import psutil
+
+POLL_S = 0.1  # how often the caller and the agents are checked
+TREE_EVERY = 5  # the agents' trees are re-read every TREE_EVERY polls (0.5 s)
+_stop_requested = False
+
+
+def _request_stop(signum: int, frame: object) -> None:
+    global _stop_requested
+    _stop_requested = True
+
+
+def _alive(procs: Iterable[psutil.Process]) -> list[psutil.Process]:
+    """The processes that still run (a zombie has ended; psutil checks pid reuse)."""
+    alive = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.Error:
+            pass
+    return alive
+
+
+def _with_descendants(procs: Iterable[psutil.Process]) -> dict[int, psutil.Process]:
+    """``procs`` and every descendant they have now, by pid."""
+    found = {}
+    for p in procs:
+        found[p.pid] = p
+        try:
+            for child in p.children(recursive=True):
+                found[child.pid] = child
+        except psutil.Error:
+            pass
+    return found
+
+
+def _signal_all(procs: Iterable[psutil.Process], sig: int) -> None:
+    for p in procs:
+        try:
+            p.send_signal(sig)  # psutil refuses a pid that now belongs to another process
+        except psutil.Error:
+            pass
+
+
+def end_all(known: dict[int, psutil.Process], grace_s: float) -> None:
+    """SIGTERM every known process and its descendants, wait up to ``grace_s`` seconds for them to exit,
+    then SIGSTOP and SIGKILL what is left (descendants started during the grace period included)."""
+    known.update(_with_descendants(_alive(known.values())))
+    _signal_all(known.values(), signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        alive = _alive(known.values())
+        if not alive:
+            return
+        known.update(_with_descendants(alive))  # a process may still have started children
+        time.sleep(POLL_S)
+    for _ in range(3):  # freeze first, so that no process forks between the last reading and the kill
+        alive = _alive(known.values())
+        if not alive:
+            return
+        _signal_all(alive, signal.SIGSTOP)
+        known.update(_with_descendants(alive))
+        _signal_all(_alive(known.values()), signal.SIGKILL)
+        time.sleep(POLL_S)
+
+
+def watch(caller_pid: int, grace_s: float, agent_pids: list[int]) -> int:
+    """Watch the caller; returns the exit status (0: the launch ended, 1: it was ended here)."""
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _request_stop)
+    agents = []
+    for pid in agent_pids:
+        try:
+            agents.append(psutil.Process(pid))
+        except psutil.NoSuchProcess:
+            pass
+    known = _with_descendants(agents)
+    polls = 0
+    while True:
+        if _stop_requested or os.getppid() != caller_pid:
+            end_all(known, grace_s)
+            return 1
+        if not _alive(agents):
+            return 0
+        polls += 1
+        if polls % TREE_EVERY == 0:
+            known = {p.pid: p for p in _alive(known.values())}
+            known.update(_with_descendants(_alive(agents)))
+        time.sleep(POLL_S)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3:
+        sys.stderr.write("usage: launch_watchdog.py CALLER_PID GRACE_S AGENT_PID [AGENT_PID ...]\n")
+        return 2
+    return watch(int(argv[0]), float(argv[1]), [int(a) for a in argv[2:]])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

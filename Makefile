@@ -27,7 +27,7 @@ NBVAL_PAR := $(if $(filter-out 0,$(NBVAL_JOBS)),-n $(NBVAL_JOBS) --dist loadfile
 # string hashing. The stored outputs must still match (notebooks/README.md, "Every machine").
 PORTABLE_ENV := ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 PYTHONHASHSEED=random
 
-.PHONY: help venv lab test test-portable test-browser test-slurm gpu-check unit nbval lint execute nav bench handouts clean stress
+.PHONY: help venv lab test test-portable test-browser test-slurm gpu-check unit nbval lint execute nav bench handouts clean stress stress-tests
 
 help:
 	@echo "make lab      - set up .venv if needed and open JupyterLab on notebooks/ (127.0.0.1, token on)"
@@ -40,7 +40,8 @@ help:
 	@echo "make nav      - regenerate the previous/next navigation cells"
 	@echo "make handouts - offline HTML and A4 PDF handouts (student, instructor), student notebooks, slides, instructor page in build/handouts"
 	@echo "make bench    - performance measurements of notebook 10, outside Jupyter"
-	@echo "make stress   - repeated launches for failure rates (restarts, plain-script exit aborts), not in make test"
+	@echo "make stress   - repeated launches for failure rates (restarts, plain-script exit aborts, killed callers), not in make test"
+	@echo "make stress-tests - the launch-heavy test files ROUNDS times in a row (BUSY=1: cores kept busy), failures per test"
 	@echo "make lock     - regenerate requirements.lock from requirements.txt (pip-compile); UPGRADE=1 for the newest versions"
 
 # The Python that requirements.lock is made and tested for: any 3.11 release (numpy 2.4 and others
@@ -136,12 +137,21 @@ test-portable: $(STAMP)
 	$(NB_ENV) $(PORTABLE_ENV) $(BIN)/python -m pytest -q $(NBVAL_PAR) $(NBVAL) $(NOTEBOOKS)
 
 # Repetitions for rates, kept out of make test (which runs each once): the plain-script restart
-# STRESS_REPEATS times, and STRESS_LAUNCHES launches of the walkthrough's DDP scripts counting exit aborts.
+# STRESS_REPEATS times, STRESS_LAUNCHES launches of the walkthrough's DDP scripts counting exit aborts, and
+# STRESS_KILLS launches whose caller is SIGKILLed, counting those that leave a process (tools/kill_stress.py).
 STRESS_REPEATS ?= 10
 STRESS_LAUNCHES ?= 200
+STRESS_KILLS ?= 200
 stress: $(STAMP)
 	$(CPU_ENV) STRESS_REPEATS=$(STRESS_REPEATS) $(BIN)/python -m pytest -q -m restarts tests/test_launch.py
 	$(CPU_ENV) $(BIN)/python tools/teardown_stress.py --launches $(STRESS_LAUNCHES)
+	$(CPU_ENV) $(BIN)/python tools/kill_stress.py --kills $(STRESS_KILLS)
+
+# A test that fails now and then is a bug: the launch-heavy test files ROUNDS times in a row, failures
+# counted per test (tools/stress_tests.py; TESTS= other files or pytest options, BUSY=1 loads every core).
+ROUNDS ?= 30
+stress-tests: $(STAMP)
+	$(CPU_ENV) $(BIN)/python tools/stress_tests.py --rounds $(ROUNDS) $(if $(BUSY),--busy) $(TESTS)
 
 # ONLY=regex limits it to some scripts, e.g. make gpu-check ONLY=04_ (keep a launch's predecessors:
 # ONLY=11_dcp runs the save before the load); REFERENCE=1 runs the CPU side twice (checks the tool without GPUs).

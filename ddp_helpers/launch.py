@@ -82,26 +82,42 @@ class LaunchError(RuntimeError):
     started: float | None = None  # time.time() when the launch began (set by torchrun)
 
 
+# What libstdc++ prints when gloo's exit abort kills a rank (SIGABRT, exit code -6): see WorkerFailed.exit_abort.
+EXIT_ABORT_TEXT = "terminate called without an active exception"
+
+
 class WorkerFailed(LaunchError):
-    """A rank exited with a non-zero code."""
+    """A rank exited with a non-zero code. ``result`` holds what the ranks printed before the end."""
 
     def __init__(self, rank: int | None, exitcode: int | None, traceback_tail: str, command: str,
-                 other_failures: Mapping[int, int] | None = None) -> None:
+                 other_failures: Mapping[int, int] | None = None, result: LaunchResult | None = None) -> None:
         self.rank = rank
         self.exitcode = exitcode
         self.traceback_tail = traceback_tail
         self.command = command
         self.other_failures = dict(other_failures or {})  # rank -> exit code
+        self.result = result
         where = f"rank {rank}" if rank is not None else "a rank"
         code = f"exit code {exitcode}" if exitcode is not None else "an error"
         others = (f"\nthen ranks {sorted(self.other_failures)} stopped too (their exit codes "
                   "depend on timing: an error in a collective, or torchrun's SIGTERM)"
                   if self.other_failures else "")
+        abort = ("\nThis is gloo's exit abort (pytorch/pytorch#190489): a process group still held at interpreter "
+                 "exit (by a DDP model, for one) can kill a rank after its last line ran. Drop what holds the "
+                 "group before ending it: `del model` then `dist.destroy_process_group()` (notebook 04, section 1)."
+                 if self.exit_abort else "")
         super().__init__(
-            f"{where} failed first, with {code}.{others}\n"
+            f"{where} failed first, with {code}.{others}{abort}\n"
             f"--- last lines of {where}'s stderr ---\n{traceback_tail}\n"
             f"--- command ---\n{command}"
         )
+
+    @property
+    def exit_abort(self) -> bool:
+        """Whether the rank died of gloo's exit abort (SIGABRT with libstdc++'s "terminate called without an
+        active exception"), which comes after the script's work when a process group outlives
+        ``destroy_process_group()``, rather than of an error in the script."""
+        return self.exitcode == -6 and EXIT_ABORT_TEXT in self.traceback_tail
 
 
 class LaunchTimeout(LaunchError):
@@ -584,7 +600,7 @@ def _failure(result: LaunchResult, agent_log: str, shown: str, codes: list[int],
             return LaunchError(f"torchrun rejected its arguments, so no rank ran: {usage_error}\n"
                                f"--- command ---\n{shown}")
         return WorkerFailed(None, max(codes, key=abs),
-                            "\n".join(lines[-_TRACEBACK_TAIL_LINES:]), shown)
+                            "\n".join(lines[-_TRACEBACK_TAIL_LINES:]), shown, result=result)
     if record.get("traceback"):
         err = record["traceback"].rstrip("\n").splitlines()
     else:
@@ -592,7 +608,7 @@ def _failure(result: LaunchResult, agent_log: str, shown: str, codes: list[int],
     err = [_relative_paths(line) for line in err]
     tail = "\n".join(err[-_TRACEBACK_TAIL_LINES:]) or "(rank wrote nothing to stderr)"
     others = {r: c for r, c in exitcodes.items() if r != rank}
-    return WorkerFailed(rank, exitcodes.get(rank), tail, shown, others)
+    return WorkerFailed(rank, exitcodes.get(rank), tail, shown, others, result)
 
 
 def _relative_paths(line: str) -> str:

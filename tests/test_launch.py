@@ -96,6 +96,19 @@ def test_failing_rank_is_named_with_its_traceback(tmp_path, monkeypatch):
     assert f'File "{script.name}", line 6' in err.traceback_tail  # this machine's paths shortened
     assert list(own_tmp.iterdir()) == []  # the failures folder the rank wrote to is gone after a failure too
     assert before <= err.started <= time.time()  # when it began: a check can tell a stale file from this run's
+    assert err.result.command == err.command and not err.exit_abort  # what the ranks printed comes with it
+
+
+@pytest.mark.parametrize("exitcode, tail, abort", [
+    (-6, "[W] something\nterminate called without an active exception", True),
+    (-6, "Fatal Python error: Aborted", False),      # another abort
+    (1, "RuntimeError: terminate called without an active exception", False),  # an error whose text quotes it
+    (None, "terminate called without an active exception", False),
+])
+def test_the_exit_abort_is_named_with_its_fix(exitcode, tail, abort):
+    err = WorkerFailed(0, exitcode, tail, "torchrun x.py")
+    assert err.exit_abort is abort
+    assert ("pytorch/pytorch#190489" in str(err)) is abort and ("`del model`" in str(err)) is abort
 
 
 def test_a_process_that_outlives_its_output_is_a_timeout(tmp_path, monkeypatch):

@@ -218,6 +218,15 @@ def shown_command(argv: Sequence[str], own: Sequence[str] = (), port: int | None
     return " ".join(p if _PORT_SHOWN in p else shlex.quote(p) for p in parts)  # <PORT>: a placeholder
 
 
+def loopback_interface() -> str | None:
+    """The name of the network interface that holds 127.0.0.1 (``lo`` on Linux, ``lo0`` on macOS), or None.
+    The launcher gives it to gloo (GLOO_SOCKET_IFNAME): every run of this machine stays on loopback."""
+    for name, addresses in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == "127.0.0.1" for a in addresses):
+            return name
+    return None
+
+
 def _check_arg_list(name: str, seq: Sequence[Arg]) -> list[str]:
     """The list as strings, after checking every item is a str, number or path."""
     example = "['--epochs', '3']" if name == "args" else "['--max-restarts=1']"
@@ -483,8 +492,9 @@ def _run(plan: LaunchPlan, path: Path, nproc: int, nnodes: int, script_args: lis
     child_env.pop("DDP_HELPERS_LIVE", None)
     if nnodes > 1:  # simulated nodes share this machine's GPUs: NCCL would refuse them
         child_env.setdefault("DDP_BACKEND", "gloo")
-    if sys.platform.startswith("linux") and os.path.exists("/sys/class/net/lo"):
-        child_env.setdefault("GLOO_SOCKET_IFNAME", "lo")  # keep gloo on loopback
+    loopback = loopback_interface()
+    if loopback:
+        child_env.setdefault("GLOO_SOCKET_IFNAME", loopback)  # keep gloo on loopback
 
     commands = [_with_parent_death_signal(plan.argv()) for _ in range(nnodes)]
 

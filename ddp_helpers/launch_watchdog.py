@@ -106,6 +106,7 @@ def watch(caller_pid: int, grace_s: float, agent_pids: list[int]) -> int:
         except psutil.NoSuchProcess:
             pass
     known = _with_descendants(agents)
+    print(f"watching {len(agents)} agent(s) for caller {caller_pid}", flush=True)  # ready: signals are handled
     polls = 0
     while True:
         if _stop_requested or os.getppid() != caller_pid:

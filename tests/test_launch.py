@@ -4,12 +4,14 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
 import threading
 import time
+import types
 
 import psutil
 import pytest
@@ -120,6 +122,19 @@ def test_a_process_that_outlives_its_output_is_a_timeout(tmp_path, monkeypatch):
         torchrun(write(tmp_path, "hello", HELLO), nproc=1, timeout=3, live="quiet")
     assert time.monotonic() - start < 3 + 15
     assert not leftovers()
+
+
+@pytest.mark.parametrize("interfaces, expected", [
+    ({"lo": ["127.0.0.1", "::1"], "eth0": ["192.0.2.2"]}, "lo"),           # Linux
+    ({"en0": ["192.168.1.4"], "lo0": ["::1", "127.0.0.1"]}, "lo0"),        # macOS
+    ({"eth0": ["192.0.2.2"], "lo6": ["::1"]}, None),                        # no IPv4 loopback: gloo picks
+])
+def test_gloo_stays_on_the_loopback_interface_of_any_os(monkeypatch, interfaces, expected):
+    def addresses(items):
+        return [types.SimpleNamespace(family=socket.AF_INET6 if ":" in a else socket.AF_INET, address=a)
+                for a in items]
+    monkeypatch.setattr(psutil, "net_if_addrs", lambda: {n: addresses(a) for n, a in interfaces.items()})
+    assert launch.loopback_interface() == expected
 
 
 def test_failure_before_init_is_named_too(tmp_path):

@@ -59,8 +59,11 @@ def test_end_all_is_quick_for_a_tree_that_obeys_sigterm():
 
 
 def run_watchdog(caller_pid, agents, grace="1"):
-    return subprocess.Popen([sys.executable, "-P", _WATCHDOG, str(caller_pid), grace, *map(str, agents)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    """The watchdog as the launcher starts it, returned once it says it is ready (its signal handlers set)."""
+    watchdog = subprocess.Popen([sys.executable, "-P", _WATCHDOG, str(caller_pid), grace, *map(str, agents)],
+                                stdout=subprocess.PIPE, text=True)
+    assert watchdog.stdout.readline().startswith("watching "), "the watchdog never got ready"
+    return watchdog
 
 
 def test_a_live_caller_s_launch_is_left_alone_and_the_watchdog_exits_with_it():
@@ -82,7 +85,6 @@ def test_a_dead_caller_s_launch_is_ended():
 def test_sigterm_to_the_watchdog_ends_the_launch():
     root, members = stubborn_tree(depth=1)
     watchdog = run_watchdog(os.getpid(), [root.pid])
-    time.sleep(0.5)
     watchdog.terminate()
     assert watchdog.wait(timeout=20) == 1
     root.wait(timeout=10)

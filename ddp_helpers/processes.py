@@ -1,4 +1,5 @@
-"""Where a torchrun worker sits in the process tree, read from Linux's /proc.
+"""Where a torchrun worker sits in the process tree, read with psutil (on Linux from /proc, on macOS
+from the system's own calls).
 
     from ddp_helpers.processes import save_launch_record, load_launch_records
 
@@ -13,50 +14,31 @@ import json
 import os
 from pathlib import Path
 
+import psutil
 
-def _proc_stat_ppid(pid: int) -> int | None:
+
+def _ppid(pid: int) -> int | None:
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return psutil.Process(pid).ppid()
+    except psutil.Error:
         return None
-    return int(stat.rsplit(")", 1)[1].split()[1])  # field 4, after the parenthesised name
 
 
 def _cmdline(pid: int) -> list[str]:
     try:
-        return [a for a in Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0") if a]
-    except OSError:
+        return psutil.Process(pid).cmdline()
+    except psutil.Error:
         return []
 
 
-def _listening_inodes(port: int) -> set[str]:
-    """Inodes of the TCP sockets listening on ``port`` (Linux /proc/net/tcp and tcp6)."""
-    inodes: set[str] = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # 0A = LISTEN
-                inodes.add(fields[9])
-    return inodes
-
-
-def _owns_socket(pid: int, inodes: set[str]) -> bool:
+def _listens_on(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a TCP socket listening on ``port`` (psutil: /proc on Linux, the
+    system's own calls elsewhere; False when it may not be read)."""
     try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-    except OSError:
+        connections = psutil.Process(pid).net_connections(kind="tcp")
+    except psutil.Error:
         return False
-    for fd in fds:
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:[") and target[8:-1] in inodes:
-            return True
-    return False
+    return any(c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port for c in connections)
 
 
 def launch_record() -> dict:
@@ -65,22 +47,20 @@ def launch_record() -> dict:
     ``pid``/``ppid`` (the parent is torchrun's agent, which starts the workers), the
     agent's parent (``agent_ppid``: whoever ran torchrun) and command line, the rank
     variables torchrun sets, and ``store_owner``: which of {agent, this worker} holds the
-    socket listening on MASTER_ADDR:MASTER_PORT (Linux /proc; ``None`` if neither or
-    unknown). With ``TORCHELASTIC_USE_AGENT_STORE=True`` every worker only connects to the
-    agent's TCPStore (``torch/distributed/rendezvous.py``, ``_create_c10d_store``);
+    socket listening on MASTER_PORT (``None`` if neither or unknown). With
+    ``TORCHELASTIC_USE_AGENT_STORE=True`` every worker only connects to the agent's TCPStore (``torch/distributed/rendezvous.py``, ``_create_c10d_store``);
     otherwise rank 0 hosts it.
     """
     env = os.environ
     agent = os.getppid()
     port = int(env.get("MASTER_PORT", "0") or 0)
-    inodes = _listening_inodes(port) if port else set()
     owner = None
-    if inodes:
-        owner = "agent" if _owns_socket(agent, inodes) else "worker" if _owns_socket(os.getpid(), inodes) else None
+    if port:
+        owner = "agent" if _listens_on(agent, port) else "worker" if _listens_on(os.getpid(), port) else None
     return {
         "rank": int(env.get("RANK", "0")), "local_rank": int(env.get("LOCAL_RANK", "0")),
         "world_size": int(env.get("WORLD_SIZE", "1")), "group_rank": int(env.get("GROUP_RANK", "0")),
-        "pid": os.getpid(), "ppid": agent, "agent_pid": agent, "agent_ppid": _proc_stat_ppid(agent),
+        "pid": os.getpid(), "ppid": agent, "agent_pid": agent, "agent_ppid": _ppid(agent),
         "agent_cmdline": _cmdline(agent)[:4],
         "master_addr": env.get("MASTER_ADDR"), "master_port": port or None,
         "use_agent_store": env.get("TORCHELASTIC_USE_AGENT_STORE") == "True",

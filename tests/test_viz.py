@@ -95,6 +95,20 @@ def test_launch_record_finds_the_process_listening_on_master_port(monkeypatch, t
     assert launch_record()["store_owner"] is None  # closed now: nobody listens
 
 
+def test_launch_record_reads_processes_through_psutil_only():
+    """macOS has no /proc: the record asks psutil (which reads /proc on Linux and the system's calls
+    elsewhere), never /proc itself. Static: on this Linux machine psutil itself needs /proc."""
+    import ast
+    import inspect
+
+    from ddp_helpers import processes
+
+    tree = ast.parse(inspect.getsource(processes))
+    literals = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    assert not [text for text in literals if text.startswith("/proc")]  # no path of /proc (docstrings may name it)
+    assert any(isinstance(n, ast.Attribute) and n.attr == "Process" for n in ast.walk(tree))
+
+
 def test_launch_records_of_a_real_torchrun_launch(ranks_json):
     """Under torchrun the workers' parent is the agent, and the agent hosts the store."""
     records = ranks_json(textwrap.dedent("""

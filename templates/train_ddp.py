@@ -1,6 +1,8 @@
 """A DDP training program to copy: torch, the standard library and scikit-learn's digits, nothing else.
 
-Launch:  torchrun --standalone --nproc-per-node=2 --max-restarts=1 train_ddp.py --out runs/digits
+Launch:  TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc-per-node=2 --max-restarts=1 \
+             train_ddp.py --out runs/digits
+(the variable gives each restart a fresh rendezvous store: pytorch/pytorch#135712, notebook 03.)
 It resumes by itself when <out>/snapshot.pt exists, so a torchrun restart (--max-restarts) or a new
 launch after a preemption continues where the last snapshot left off. Replace the DATA and MODEL
 sections with your own; the rest is the distributed machinery (see templates/README.md).
@@ -136,8 +138,33 @@ def evaluate(model: nn.Module, ds: Dataset, rank: int, world: int, device: torch
 
 
 def atomic_save(obj: object, path: str) -> None:
-    torch.save(obj, path + ".tmp")
-    os.replace(path + ".tmp", path)  # readers see the old file or the new one, never half a file
+    """Readers see the old file or the new one, never half a file, even after a power cut."""
+    with open(path + ".tmp", "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())  # the bytes are on disk before the rename makes them the file
+    os.replace(path + ".tmp", path)
+    folder = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(folder)  # and the rename itself is on disk
+    finally:
+        os.close(folder)
+
+
+def choose_device(local_rank: int) -> torch.device:
+    """This process's GPU when the node has one for every local process, else the CPU (gloo). Two
+    processes on one GPU (a laptop, a Colab T4) run on the CPU: NCCL refuses two ranks on one device."""
+    if torch.cuda.is_available() and torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def snapshot_exists(path: str, device: torch.device) -> bool:
+    """Rank 0 decides and every rank follows: on node-local disks the ranks could see different files,
+    and ranks that disagree about resuming would wait for each other in different collectives."""
+    found = torch.tensor([float(dist.get_rank() == 0 and os.path.exists(path))], device=device)
+    dist.broadcast(found, src=0)
+    return bool(found.item())
 
 
 stop_requested = False  # set by SIGTERM (preemption: Slurm, Kubernetes, torchrun passing it on)
@@ -154,7 +181,7 @@ def main() -> None:
     check_config(cfg, out)
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
-    device = torch.device("cuda", local_rank) if torch.cuda.is_available() else torch.device("cpu")
+    device = choose_device(local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)  # before init: NCCL binds this process to its own GPU
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
@@ -174,14 +201,15 @@ def main() -> None:
     # auto-resume: load into the plain model BEFORE wrapping (DDP broadcasts rank 0's weights once)
     state = {"epoch": 0, "step": 0, "sums": [], "history": []}
     snapshot_path = os.path.join(out, "snapshot.pt")
-    if os.path.exists(snapshot_path):
+    resume = snapshot_exists(snapshot_path, device)
+    if resume:  # every rank reads it: the folder must be shared (or copied to every node)
         snap = torch.load(snapshot_path, map_location=device, weights_only=True)
         model.load_state_dict(snap["model"])
         optimizer.load_state_dict(snap["optimizer"])
         scheduler.load_state_dict(snap["scheduler"])  # the LR continues where it was
         state = snap["state"]
     if rank == 0:
-        how = f"resumed at epoch {state['epoch']} step {state['step']}" if os.path.exists(snapshot_path) else "new run"
+        how = f"resumed at epoch {state['epoch']} step {state['step']}" if resume else "new run"
         print(f"attempt {attempt}: {how}; {world} processes x batch {cfg.global_batch // world} = "
               f"global batch {cfg.global_batch}, {cfg.workers} loader workers per process")
     model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
@@ -200,7 +228,7 @@ def main() -> None:
         generator.manual_seed(epoch_seed)
         torch.manual_seed(epoch_seed)  # augmentation in this process when workers == 0
         skip = state["step"] if epoch == state["epoch"] else 0  # batches done before a preemption
-        sums = torch.tensor(state["sums"][rank] if skip else [0.0, 0.0], dtype=torch.float64, device=device)
+        sums = torch.tensor(state["sums"][rank] if skip else [0.0, 0.0, 0.0], dtype=torch.float64, device=device)
         start, seen = time.perf_counter(), 0
         for step, (x, y) in enumerate(loader):
             if step < skip:
@@ -212,10 +240,11 @@ def main() -> None:
             loss = F.cross_entropy(model(x), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()  # DDP averages the gradients here: the norm below is the same on every rank
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)  # the norm before clipping
             optimizer.step()
             scheduler.step()
-            sums += torch.stack([loss.detach().double() * len(y), torch.tensor(len(y), device=device).double()])
+            sums += torch.stack([loss.detach().double() * len(y), torch.tensor(len(y), device=device).double(),
+                                 grad_norm.detach().double()])  # summed on the device: no host sync per step
             seen += len(y) * world
             flag = torch.tensor([float(stop_requested)], device=device)
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # one rank's SIGTERM stops every rank at this step
@@ -230,13 +259,15 @@ def main() -> None:
                 return  # exit code 0: the scheduler may relaunch; the run resumes from the snapshot
         dist.all_reduce(sums)
         val_loss, val_acc = evaluate(model.module, val_ds, rank, world, device)  # plain module: no collectives
-        row = {"epoch": epoch, "attempt": attempt, "train_loss": (sums[0] / sums[1]).item(), "val_loss": val_loss,
+        # sums[2] is each rank's sum of the (equal) per-step norms, all-reduced: divide by world x steps
+        row = {"epoch": epoch, "attempt": attempt, "train_loss": (sums[0] / sums[1]).item(),
+               "grad_norm": (sums[2] / (world * len(loader))).item(), "val_loss": val_loss,
                "val_accuracy": val_acc, "lr": scheduler.get_last_lr()[0],
                "samples_per_s": seen / (time.perf_counter() - start)}
         state["history"].append(row)
         if rank == 0:
-            print(f"epoch {epoch}: train loss {row['train_loss']:.4f}  val loss {val_loss:.4f}  val accuracy "
-                  f"{val_acc:.4f}  lr {row['lr']:.3e}  samples/s {row['samples_per_s']:.1f}")
+            print(f"epoch {epoch}: train loss {row['train_loss']:.4f}  grad norm {row['grad_norm']:.3f}  val loss "
+                  f"{val_loss:.4f}  val accuracy {val_acc:.4f}  lr {row['lr']:.3e}  samples/s {row['samples_per_s']:.1f}")
             with open(os.path.join(out, "log.json.tmp"), "w") as f:
                 json.dump(state["history"], f, indent=1)
             os.replace(os.path.join(out, "log.json.tmp"), os.path.join(out, "log.json"))

@@ -78,3 +78,27 @@ def test_threads_port_and_failure_report(run_sbatch):
     done, _ = run_sbatch(NPROC_PER_NODE="2", FAKE_SRUN_STATUS="143")
     assert done.returncode == 143
     assert 'srun exited with 143: the failed worker\'s rank and exit code are in the "Root Cause"' in done.stderr
+
+
+# What bash 4 and later added and macOS's /bin/bash (3.2) lacks: notebook 09 dry-runs the script there.
+BASH4_ONLY = {"mapfile": r"\bmapfile\b", "readarray": r"\breadarray\b", "case change": r"\$\{\w+(,,|\^\^|,|\^)\}",
+              "associative array": r"declare -A|local -A", "&>> redirection": r"&>>", "|& pipe": r"\|&",
+              "coproc": r"\bcoproc\b", "negative index": r"\$\{\w+\[-\d+\]\}", "globstar": r"globstar"}
+
+
+def test_the_script_uses_nothing_bash_3_2_lacks():
+    """Static (no bash 3.2 here): none of bash 4's additions; each pattern finds its own example."""
+    import re
+
+    text = "\n".join(line for line in SBATCH.read_text().splitlines() if not line.lstrip().startswith("#"))
+    found = {name: re.findall(rx, text) for name, rx in BASH4_ONLY.items()}
+    assert not any(found.values()), found
+    examples = ["mapfile -t a < f", "readarray a", "${x,,}", "declare -A m", "cmd &>> log", "a |& b",
+                "coproc x", "${a[-1]}", "shopt -s globstar"]
+    assert all(re.search(rx, ex) for rx, ex in zip(BASH4_ONLY.values(), examples, strict=True))
+
+
+def test_every_node_of_the_allocation_is_read(run_sbatch):
+    done, args = run_sbatch(NPROC_PER_NODE="2")
+    assert done.returncode == 0, done.stderr
+    assert "nodes gpu03 gpu04," in done.stdout  # scontrol's two names, read one a line

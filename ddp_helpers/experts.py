@@ -65,13 +65,15 @@ class Routing:
 
 def route(logits: torch.Tensor, top_k: int = 1, cap: int | None = None,
           bias: torch.Tensor | None = None) -> Routing:
-    """Top-k routing of ``logits`` (tokens, E). ``bias`` (E,) is added to the softmax scores for the
-    choice only (loss-free balancing); the weights are the unbiased probabilities of the chosen experts,
+    """Top-k routing of ``logits`` (tokens, E), ties to the lower expert. ``bias`` (E,) is added to the
+    softmax scores for the choice only (loss-free balancing); the weights are the unbiased probabilities of the chosen experts,
     renormalised to sum to 1 when k > 1. Capacity: first choices are served before second choices,
     each in token order; an expert's assignments beyond ``cap`` are dropped (None: no limit)."""
     probs = torch.softmax(logits, dim=-1)
-    choice = probs if bias is None else probs + bias
-    experts = choice.detach().topk(top_k, dim=-1).indices
+    # the choice: by the logits (the softmax keeps their order), or by the biased scores; equal scores go
+    # to the lower expert (a stable sort), so every machine breaks ties alike
+    choice = logits if bias is None else probs + bias
+    experts = choice.detach().sort(dim=-1, descending=True, stable=True).indices[:, :top_k]
     weights = probs.gather(1, experts)
     if top_k > 1:
         weights = weights / weights.sum(dim=-1, keepdim=True)

@@ -209,7 +209,7 @@ def expert_parallel(moe: MoE, x: torch.Tensor, cap: int | None = None, group: di
     counts = torch.bincount(expert, minlength=e_all)           # rows for each expert, from this rank
     if padded:
         assert cap is not None, "padded dispatch needs a capacity"
-        rank_in_expert = torch.arange(len(expert)) - (counts.cumsum(0) - counts)[expert]
+        rank_in_expert = torch.arange(len(expert), device=x.device) - (counts.cumsum(0) - counts)[expert]
         send = x.new_zeros(e_all * cap, dim).index_put((expert * cap + rank_in_expert,), x[tok])
         splits = [local * cap] * world
         got = _a2a(send, splits, splits, group, traffic)       # (world · local · cap, dim): by source
@@ -223,7 +223,7 @@ def expert_parallel(moe: MoE, x: torch.Tensor, cap: int | None = None, group: di
         recv_counts = recv_counts.reshape(world, local)        # [source rank, my local expert]
         out_splits = recv_counts.sum(1).tolist()
         got = _a2a(x[tok], out_splits, in_splits, group, traffic)
-        owner = torch.arange(local).repeat(world).repeat_interleave(recv_counts.flatten())
+        owner = torch.arange(local, device=x.device).repeat(world).repeat_interleave(recv_counts.flatten())
         out = torch.zeros_like(got)
         for e in range(local):
             rows = (owner == e).nonzero().flatten()

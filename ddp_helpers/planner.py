@@ -1,4 +1,4 @@
-"""A planner of memory and traffic per rank: DP, ZeRO-1/2/3, TP, PP and CP, by arithmetic alone.
+"""A planner of memory and traffic per rank: DP, ZeRO-1/2/3, TP, PP, CP and EP, by arithmetic alone.
 
     from ddp_helpers.planner import Layout, ModelSpec, plan
 
@@ -36,6 +36,15 @@ Ranks sit on a mesh ``(pp, dp, cp, tp)``, tp innermost: rank = ((s·dp + d)·cp 
   (every TP rank its own copy); ring attention sends this rank's K and V blocks ``cp - 1`` times
   in forward and their gradients back as often in backward; Ulysses runs four all-to-alls (q, k,
   v, output) each way.
+* **experts** (``ModelSpec.experts`` > 0, :meth:`ModelSpec.moe`): every layer holds ``experts``
+  experts of ``expert_params`` parameters besides its ``layer_params`` (the router and the rest).
+  Expert parallelism (``ep``) borrows the data-parallel ranks: each group of ``ep`` consecutive dp
+  ranks holds all the experts, ``experts / ep`` on each rank, and the ``dp·cp / ep`` ranks holding the
+  same experts average their gradients (group ``"edp"``) while the other parameters are averaged over
+  all ``dp·cp`` (group ``"dp"``). Per layer and microbatch the dispatch and the combine are one
+  all-to-all each way, padded to capacity: ``experts × C`` rows of ``dim``, with
+  ``C = ceil(capacity_factor · tokens · top_k / experts)`` for this rank's tokens (GShard's layout, the
+  same bytes whatever the router does; an uneven dispatch sends at most that).
 
 What the planner leaves out is listed in :data:`LEAVES_OUT`.
 """
@@ -71,7 +80,10 @@ LEAVES_OUT: tuple[str, ...] = (
     "(torch/distributed/tensor/experimental/_context_parallel/_attention.py, "
     "_templated_ring_attention_backward), and by default all-gathers K/V once instead of passing "
     "blocks (_AllGatherRotater), so every rank then holds all of K/V",
-    "causal load balance (contiguous blocks against zigzag) and expert parallelism",
+    "causal load balance (contiguous blocks against zigzag)",
+    "experts: the uneven (dropless) dispatch and its count exchange (the planner pads every expert to "
+    "capacity), an MoE layer's activations (dispatched copies, the experts' hidden units), expert "
+    "parallelism with tensor parallelism or ZeRO, and shared experts",
 )
 
 
@@ -101,10 +113,13 @@ class ModelSpec:
     optimizer_bytes: int = 8  # Adam in fp32: two moments of 4 bytes
     act_bytes: int = 4
     name: str = "model"
+    experts: int = 0  # experts per layer (0: a dense model)
+    expert_params: int = 0  # parameters of one expert
+    top_k: int = 1  # experts each token goes to
 
     @property
     def params(self) -> int:
-        return sum(self.layer_params)
+        return sum(self.layer_params) + self.layers * self.experts * self.expert_params
 
     @property
     def layers(self) -> int:
@@ -127,6 +142,15 @@ class ModelSpec:
         ``down.bias`` whole; it saves its input (``dim``) and the hidden activation (``hidden``)."""
         return cls(layer_params=(2 * dim * hidden + hidden + dim,), dim=dim, hidden=hidden, tp_replicated=dim,
                    saved_shared=dim, saved_split=hidden, **{"name": f"MLP({dim}, {hidden})", **kwargs})
+
+    @classmethod
+    def moe(cls, dim: int, hidden: int, experts: int, top_k: int = 1, tokens: int = 1,
+            **kwargs: int | str) -> ModelSpec:
+        """``experts.MoE(dim, hidden, experts, top_k)`` as one layer: the router (dim x experts) and
+        ``experts`` experts of two weight matrices (dim x hidden, hidden x dim); ``tokens`` per sample."""
+        return cls(layer_params=(dim * experts,), dim=dim, hidden=hidden, seq_len=tokens, experts=experts,
+                   expert_params=2 * dim * hidden, top_k=top_k,
+                   **{"name": f"MoE({dim}, {hidden}, {experts} experts, top-{top_k})", **kwargs})
 
     @classmethod
     def transformer(cls, layers: int, hidden: int, heads: int, seq_len: int, name: str = "") -> ModelSpec:
@@ -161,13 +185,15 @@ class Layout:
     schedule: str = "1f1b"
     cp_style: str = "ring"
     batch: int | None = None  # None: one sample per microbatch and dp rank
+    ep: int = 1  # expert parallelism: ranks (within dp) that share out the experts
+    capacity_factor: float = 1.0
 
 
 @dataclass(frozen=True)
 class Transfer:
     """One kind of communication of a step: ``count`` operations of ``payload`` bytes in all."""
 
-    group: str  # "dp" (the dp x cp ranks that share parameters), "tp", "pp" or "cp"
+    group: str  # "dp" (the dp x cp ranks that share parameters), "tp", "pp", "cp", "ep" or "edp" (same experts)
     collective: str  # CommCounter's names, plus "send" for point-to-point
     phase: str  # "forward", "backward" or "step" (the optimizer's update)
     payload: int
@@ -259,7 +285,7 @@ def _require(ok: bool, message: str) -> None:
 
 def resolve(layout: Layout, world_size: int) -> Layout:
     """``layout`` with ``dp`` filled in from ``world_size``; ValueError saying what to change."""
-    for name in ("tp", "pp", "cp", "microbatches"):
+    for name in ("tp", "pp", "cp", "ep", "microbatches"):
         _require(getattr(layout, name) >= 1, f"{name} must be at least 1, got {getattr(layout, name)}")
     _require(layout.zero in (0, 1, 2, 3), f"zero must be 0 (DDP), 1, 2 or 3 (FSDP), got {layout.zero!r}")
     _require(layout.schedule in SCHEDULES, f"schedule must be one of {SCHEDULES}, got {layout.schedule!r}")
@@ -280,6 +306,10 @@ def resolve(layout: Layout, world_size: int) -> Layout:
              f"dp x tp x pp x cp = {layout.dp} x {layout.tp} x {layout.pp} x {layout.cp} = {layout.dp * inner} "
              f"is not the world size {world_size}: set dp=None to take what the world size leaves, or "
              f"change the world size to {layout.dp * inner}")
+    _require((layout.dp * layout.cp) % layout.ep == 0,
+             f"ep={layout.ep} does not divide the dp x cp = {layout.dp * layout.cp} ranks that share parameters: "
+             f"expert parallelism borrows them; choose ep among {_divisors(layout.dp * layout.cp)}")
+    _require(layout.capacity_factor > 0, f"capacity_factor must be positive, got {layout.capacity_factor}")
     return layout if layout.batch else replace(layout, batch=layout.dp * layout.microbatches)
 
 
@@ -311,6 +341,37 @@ def _check(model: ModelSpec, lay: Layout) -> None:
                  f"Ulysses gives each cp rank whole heads: {model.heads} heads do not divide by cp x tp = "
                  f"{lay.cp * lay.tp}; choose cp among {_divisors(model.heads // math.gcd(model.heads, lay.tp))} "
                  f"or use cp_style='ring'")
+
+
+def _check_experts(model: ModelSpec, lay: Layout) -> None:
+    if lay.ep > 1:
+        _require(model.experts > 0, "ep > 1 needs experts (ModelSpec.experts > 0): this model has none; set ep=1")
+        _require(model.experts % lay.ep == 0,
+                 f"{model.experts} experts do not split over ep={lay.ep} ranks: choose ep among "
+                 f"{_divisors(model.experts)}")
+    if model.experts:
+        _require(lay.tp == 1 and lay.zero == 0,
+                 "the planner models experts with tp=1 and zero=0 only (see LEAVES_OUT)")
+        _require(1 <= model.top_k <= model.experts, f"top_k must be 1..{model.experts}, got {model.top_k}")
+
+
+def capacity(tokens: int, experts: int, top_k: int, factor: float) -> int:
+    """Slots per expert: ceil(factor · tokens · top_k / experts), as ``experts.capacity``."""
+    return math.ceil(factor * tokens * top_k / experts)
+
+
+def _expert_traffic(model: ModelSpec, lay: Layout, layers: int, tokens: int, n_experts: int) -> list[Transfer]:
+    """The dispatch and combine all-to-alls (padded to capacity) and the expert replicas' all-reduce."""
+    out = []
+    if lay.ep > 1:
+        rows = model.experts * capacity(tokens, model.experts, model.top_k, lay.capacity_factor)
+        k = 2 * layers * lay.microbatches  # dispatch and combine
+        out += [Transfer("ep", "all_to_all", phase, k * rows * model.dim * model.act_bytes, k, lay.ep)
+                for phase in ("forward", "backward")]
+    replicas = lay.dp * lay.cp // lay.ep
+    if lay.ep > 1 and replicas > 1:
+        out.append(Transfer("edp", "all_reduce", "backward", n_experts * model.grad_bytes, None, replicas))
+    return out
 
 
 def _coords(rank: int, lay: Layout) -> dict[str, int]:
@@ -368,6 +429,7 @@ def plan(model: ModelSpec, layout: Layout, world_size: int) -> Plan:
     traffic of one training step, for ``model`` laid out as ``layout`` on ``world_size`` ranks."""
     lay = resolve(layout, world_size)
     _check(model, lay)
+    _check_experts(model, lay)
     per_stage = model.layers // lay.pp
     tokens = lay.batch // lay.dp // lay.microbatches * (model.seq_len // lay.cp)  # one microbatch, this rank
     ranks = []
@@ -376,6 +438,9 @@ def plan(model: ModelSpec, layout: Layout, world_size: int) -> Plan:
         stage = coords["pp"]
         mine = model.layer_params[stage * per_stage:(stage + 1) * per_stage]
         n = sum((p - model.tp_replicated) // lay.tp + model.tp_replicated for p in mine)
+        n_experts = per_stage * model.experts // lay.ep * model.expert_params  # 0 for a dense model
+        if lay.ep == 1:  # every rank holds every expert: averaged with the rest
+            n, n_experts = n + n_experts, 0
         shard = -(-n // (lay.dp * lay.cp))
         z = lay.zero
         grads = {0: n, 1: n if lay.zero_style == "broadcast" else n + shard, 2: shard, 3: shard}[z]
@@ -384,15 +449,16 @@ def plan(model: ModelSpec, layout: Layout, world_size: int) -> Plan:
         else:
             live = lay.microbatches if lay.schedule == "gpipe" else min(lay.microbatches, lay.pp - stage)
         per_token = model.saved_shared + model.saved_split // lay.tp
-        params = (shard if z == 3 else n) * model.param_bytes
+        params = ((shard if z == 3 else n) + n_experts) * model.param_bytes
         ranks.append(RankPlan(
-            rank=rank, coords=coords, params=params, grads=grads * model.grad_bytes,
-            optimizer=(shard if z else n) * model.optimizer_bytes,
+            rank=rank, coords=coords, params=params, grads=(grads + n_experts) * model.grad_bytes,
+            optimizer=((shard if z else n) + n_experts) * model.optimizer_bytes,
             activations=live * tokens * per_stage * per_token * model.act_bytes,
-            params_between_passes=params if z < 3 or lay.reshard_after_forward else n * model.param_bytes,
+            params_between_passes=params if z < 3 or lay.reshard_after_forward else (n + n_experts) * model.param_bytes,
             live_microbatches=live,
             transfers=tuple(_data_parallel(n, shard, model, lay, per_stage)
-                            + _activation_traffic(model, lay, stage, per_stage, tokens))))
+                            + _activation_traffic(model, lay, stage, per_stage, tokens)
+                            + _expert_traffic(model, lay, per_stage, tokens, n_experts))))
     return Plan(model=model, layout=lay, ranks=tuple(ranks))
 
 

@@ -81,8 +81,8 @@ def test_starter_ellipsis_fails_first_with_a_hint(exid):
 
 
 def test_ids_cover_every_notebook_exercise():
-    assert len(exercises.exercise_ids()) == 49
-    assert {i.split(".")[0] for i in exercises.exercise_ids()} == {f"{n:02d}" for n in range(15)}
+    assert len(exercises.exercise_ids()) == 52
+    assert {i.split(".")[0] for i in exercises.exercise_ids()} == {f"{n:02d}" for n in range(16)}
 
 
 def lesson_folder(tmp_path, monkeypatch, files: dict) -> dict:

@@ -354,3 +354,67 @@ def test_widget_recomputes_reports_errors_and_carries_a_png():
     assert base64.b64decode(bundle["image/png"]) == box.png and box.png.startswith(b"\x89PNG")
     assert "application/vnd.jupyter.widget-view+json" in bundle and "run the cell" in bundle["text/plain"]
     plt.close("all")
+
+
+# --------------------------------------------------------------------------- experts (notebook 15)
+
+NB15 = "15_expert_parallelism.ipynb"
+
+
+def test_expert_parallel_bytes_equal_notebook_15s_counted_padded_all_to_alls():
+    """Section 3's launch printed each rank's bytes sent (forward, backward) for the padded dispatch; the
+    planner, given the worker's sizes (read from its source), predicts them exactly, and bounds the uneven ones."""
+    source = cell_source(NB15, "%%writefile scripts/15_traffic.py")
+    sizes = dict(re.findall(r'\("(DIM|HIDDEN|EXPERTS|TOKENS)", "(\d+)"\)', source))
+    top_k, factor = re.search(r"TOP_K, FACTOR = (\d+), ([\d.]+)", source).groups()
+    nproc = int(re.search(r'torchrun\("scripts/15_traffic.py", nproc=(\d+)', "\n".join(
+        "".join(c["source"]) for c in json.loads((NOTEBOOKS / NB15).read_text())["cells"])).group(1))
+    layer = ModelSpec.moe(int(sizes["DIM"]), int(sizes["HIDDEN"]), int(sizes["EXPERTS"]), top_k=int(top_k),
+                          tokens=int(sizes["TOKENS"]))
+    p = plan(layer, Layout(ep=nproc, capacity_factor=float(factor)), nproc)
+    counted = {style: [[int(m[3]), int(m[4])] for m in matching(stored_lines(NB15), r"rank (\d): (" + style
+                       + r") all-to-alls \d+, bytes sent \(forward, backward\) \[(\d+), (\d+)\]")]
+               for style in ("padded", "uneven")}
+    assert len(counted["padded"]) == len(counted["uneven"]) == nproc
+    assert counted["padded"] == [[r.sent("ep", "forward"), r.sent("ep", "backward")] for r in p.ranks]
+    assert all(u <= pad for rank_u, rank_p in zip(counted["uneven"], counted["padded"], strict=True)
+               for u, pad in zip(rank_u, rank_p, strict=True))
+    assert all(r.counts("forward", "ep") == {"all_to_all": 2} for r in p.ranks)   # dispatch and combine
+
+
+def test_moe_spec_counts_the_layers_parameters():
+    from ddp_helpers.experts import MoE
+
+    moe = MoE(8, 16, 4, top_k=2)
+    spec = ModelSpec.moe(8, 16, 4, top_k=2)
+    assert spec.params == sum(p.numel() for p in moe.parameters()) == 8 * 4 + 4 * 2 * 8 * 16
+    assert spec.layer_params == (moe.router.numel(),) and spec.expert_params == moe.w1[0].numel() + moe.w2[0].numel()
+
+
+def test_expert_and_data_parallel_groups_by_hand():
+    """4 ranks, ep 2: experts 2 per rank, their gradients over the 2 replicas; the router over all 4;
+    the all-to-alls within the pair: 4 experts x C rows, half of it leaves."""
+    spec = ModelSpec.moe(8, 16, 4, top_k=1, tokens=32)
+    p = plan(spec, Layout(ep=2), 4)
+    cap = math.ceil(1.0 * 32 * 1 / 4)
+    for r in p.ranks:
+        assert r.params == 4 * (32 + 2 * 256) and r.optimizer == 8 * (32 + 2 * 256)
+        assert r.payload(group="dp") == {"all_reduce": 32 * 4}
+        assert r.payload(group="edp") == {"all_reduce": 2 * 256 * 4}
+        assert r.payload("forward", "ep") == {"all_to_all": 2 * 4 * cap * 8 * 4}
+        assert r.sent("ep", "forward") == 2 * 4 * cap * 8 * 4 / 2
+    whole = plan(spec, Layout(), 4).ranks[0]       # no ep: every rank holds every expert, one all-reduce
+    assert whole.payload() == {"all_reduce": spec.params * 4} and whole.params == spec.params * 4
+    assert plan(spec, Layout(ep=4), 4).ranks[0].payload(group="edp") == {}   # one holder per expert
+
+
+@pytest.mark.parametrize("model, layout, world, message", [
+    (ModelSpec.moe(8, 16, 4), Layout(ep=3), 3, r"4 experts do not split over ep=3 ranks: choose ep among 1, 2, 4"),
+    (ModelSpec.moe(8, 16, 4), Layout(ep=4), 2, r"ep=4 does not divide the dp x cp = 2 ranks"),
+    (STACK, Layout(ep=2), 2, r"ep > 1 needs experts"),
+    (ModelSpec.moe(8, 16, 4), Layout(tp=2), 2, r"experts with tp=1 and zero=0 only"),
+    (ModelSpec.moe(8, 16, 4), Layout(ep=2, capacity_factor=0), 2, r"capacity_factor must be positive"),
+])
+def test_expert_layouts_that_do_not_fit_say_what_to_change(model, layout, world, message):
+    with pytest.raises(ValueError, match=message):
+        plan(model, layout, world)

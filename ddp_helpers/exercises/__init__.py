@@ -24,7 +24,7 @@ The layout:
 - ``core``: :class:`CheckFailed`, the tolerances and comparison rules, :class:`~.core.Exercise` (one
   exercise's check: ``given``, ``require``, ``fail``, ``correct`` and the shared hints) and the
   ``@check`` decorator that shortens the tracebacks.
-- ``nb00`` ... ``nb14``: the checks of one notebook each, ``check_NN_k`` for exercise NN.k, with the
+- ``nb00`` ... ``nb15``: the checks of one notebook each, ``check_NN_k`` for exercise NN.k, with the
   private reference answers they compare against.
 
 This package re-exports :class:`CheckFailed` and every ``check_NN_k``.
@@ -52,6 +52,7 @@ from ddp_helpers.exercises.nb11 import check_11_1, check_11_2, check_11_3
 from ddp_helpers.exercises.nb12 import check_12_1, check_12_2, check_12_3
 from ddp_helpers.exercises.nb13 import check_13_1, check_13_2, check_13_3
 from ddp_helpers.exercises.nb14 import check_14_1, check_14_2
+from ddp_helpers.exercises.nb15 import check_15_1, check_15_2, check_15_3
 
 # exercise id -> its check: "02.1" -> check_02_1
 CHECKS: dict[str, Callable[..., None]] = {
@@ -83,4 +84,5 @@ __all__ = ["ATOL", "CHECKS", "REL_TOL", "CheckFailed", "exercise_ids",
     "check_06_2", "check_06_3", "check_06_4", "check_07_1", "check_07_2", "check_07_3", "check_07_4",
     "check_08_1", "check_08_2", "check_08_3", "check_09_1", "check_09_2", "check_09_3", "check_09_4",
     "check_10_1", "check_10_2", "check_10_3", "check_11_1", "check_11_2", "check_11_3", "check_12_1",
-    "check_12_2", "check_12_3", "check_13_1", "check_13_2", "check_13_3", "check_14_1", "check_14_2"]
+    "check_12_2", "check_12_3", "check_13_1", "check_13_2", "check_13_3", "check_14_1", "check_14_2",
+    "check_15_1", "check_15_2", "check_15_3"]

@@ -256,7 +256,7 @@ def unused_parameters(ev: Evidence, failure_text: str) -> list[Finding]:
 
 
 def no_destroy(ev: Evidence) -> list[Finding]:
-    open_at_end = [rank for rank, r in sorted(ev.records.items()) if (r.first("end") or {}).get("pg_alive")]
+    open_at_end = [rank for rank, r in sorted(ev.records.items()) if r.finished and r.first("end")["pg_alive"]]
     if not open_at_end:
         return []
     init = ev.records[open_at_end[0]].first("init") or {}

@@ -83,7 +83,8 @@ def how_it_ended(ev: Evidence, failure: Exception | None, timeout: float) -> End
         return Ending("completed")
     if not ev.initialised:
         return Ending("not-run", reason=_before_init(ev, failure, timeout))
-    if isinstance(failure, LaunchTimeout):
+    crashed = any(r.of("crash") for r in ev.records.values())
+    if isinstance(failure, LaunchTimeout) and not crashed:  # a crashed rank that then hung: its error counts
         return Ending("timed-out", [_hang(ev, timeout)])
     codes = _exit_codes(failure) if isinstance(failure, WorkerFailed) else {}
     if codes and ABORT_CODE in codes.values() and all(ev.records.get(r) and ev.records[r].finished for r in codes):

@@ -20,6 +20,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import re
 import sys
 import threading
 import time
@@ -50,10 +51,11 @@ class Recorder:
         self.depth = threading.local()  # collectives inside a recorded one are not recorded again
         self.seq = 0  # collectives entered so far
         self.steps = 0
-        self.optimizers: weakref.WeakSet = weakref.WeakSet()
         self.ddp_models: weakref.WeakSet = weakref.WeakSet()
         self.loaders: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.params: dict[str, Any] | None = None  # after the last optimizer step
         self.params_written = False
+        self.crashed = False
         self._is_script: dict[str, bool] = {}
 
     def write(self, event: str, **data: Any) -> None:
@@ -173,17 +175,20 @@ def _wrap_process_group(rec: Recorder, dist: Any) -> None:
 
 
 def _write_params(rec: Recorder) -> None:
-    """The last optimizer's parameters, as one sum per tensor: equal on every rank when replicas agree."""
+    """The parameters after the last optimizer step (taken then: a later load would hide a divergence)."""
+    if rec.params is not None and not rec.params_written:
+        rec.params_written = True
+        rec.write("params", **rec.params)
+
+
+def _param_sums(optimizer: Any) -> dict[str, Any]:
+    """One sum per parameter tensor: equal on every rank when the replicas agree."""
     import torch
 
-    if rec.params_written or not rec.optimizers:
-        return
-    rec.params_written = True
-    optimizer = max(rec.optimizers, key=lambda o: getattr(o, "_doctor_order", 0))
     params = [p for group in optimizer.param_groups for p in group["params"]]
     sharded = any(type(p.data) is not torch.Tensor for p in params)  # DTensor shards differ by design
-    sums = [] if sharded else [float(p.detach().double().sum()) for p in params]
-    rec.write("params", steps=rec.steps, sums=sums, sharded=sharded)
+    sums = [] if sharded else torch.stack([p.detach().double().sum() for p in params]).tolist()
+    return {"sums": sums, "sharded": sharded}
 
 
 def _wrap_ddp(rec: Recorder) -> None:
@@ -333,8 +338,7 @@ def _watch_steps(rec: Recorder) -> None:
 
     def stepped(optimizer: Any, args: Any, kwargs: Any) -> None:
         rec.steps += 1
-        optimizer._doctor_order = rec.steps  # the optimizer that stepped last is the one compared
-        rec.optimizers.add(optimizer)
+        rec.params = {"steps": rec.steps, **_param_sums(optimizer)}
         rec.write("step", n=rec.steps, seq=rec.seq, **rec.where())
 
     register_optimizer_step_post_hook(stepped)
@@ -363,21 +367,30 @@ def _watch_exit(rec: Recorder, dist: Any) -> None:
             if os.path.realpath(frame.tb_frame.f_code.co_filename) == rec.script:
                 line = frame.tb_lineno
             frame = frame.tb_next
-        rec.write("crash", error=kind.__name__, message=str(exc)[:_TEXT], line=line, unused=_unused(rec))
+        rec.crashed = True
+        rec.write("crash", error=kind.__name__, message=str(exc)[:_TEXT], line=line, unused=_unused(rec, str(exc)))
         hook(kind, exc, tb)
 
     def finished() -> None:  # registered first, so it runs after the script's own atexit handlers
         _write_params(rec)
-        rec.write("end", pg_alive=dist.is_initialized(), ddp_alive=len(list(rec.ddp_models)))
+        rec.write("end", pg_alive=dist.is_initialized(), ddp_alive=len(list(rec.ddp_models)), crashed=rec.crashed)
+        if rec.crashed:  # a rank that failed can hang in gloo's shutdown: leave now, with Python's code for it
+            rec.file.flush()
+            os._exit(1)
 
     sys.excepthook = crashed
     atexit.register(finished)
 
 
-def _unused(rec: Recorder) -> list[str]:
-    """Parameters of the DDP models that got no gradient (named by DDP's unused-parameter error)."""
-    return [name for model in rec.ddp_models for name, p in model.module.named_parameters()
-            if p.requires_grad and p.grad is None]
+def _unused(rec: Recorder, message: str) -> list[str]:
+    """The names of the parameters DDP's unused-parameter error gives by index."""
+    found = re.search(r"did not receive grad for rank \d+: ([\d ,]+)", message)
+    if not found:
+        return []
+    indices = {int(i) for i in re.findall(r"\d+", found.group(1))}
+    return [name for model in rec.ddp_models
+            for i, (name, _) in enumerate((n, p) for n, p in model.module.named_parameters() if p.requires_grad)
+            if i in indices]
 
 
 def install(folder: str, script: str) -> Recorder:

@@ -25,7 +25,7 @@ class Collective:
     values: list[float] | None = None
 
     def signature(self) -> tuple:
-        return self.op, self.shape, self.dtype, self.reduce
+        return self.op, tuple(self.shape or ()), self.dtype, self.reduce
 
     def describe(self) -> str:
         tensor = f"{self.dtype}{self.shape}" if self.shape is not None else ""
@@ -65,8 +65,9 @@ class RankRecord:
 
     @property
     def finished(self) -> bool:
-        """The script reached its end on this rank (the recorder's atexit handler ran)."""
-        return self.first("end") is not None
+        """The script reached its end on this rank without an uncaught error (the recorder's exit handler ran)."""
+        end = self.first("end")
+        return end is not None and not end.get("crashed")
 
     def collectives(self) -> list[Collective]:
         calls: dict[int, Collective] = {}

@@ -98,6 +98,8 @@ def _assess(ev: checks.Evidence, failure: Exception | None, timeout: float) -> R
     failure_text = getattr(failure, "traceback_tail", "") or ""
     found: list[Finding] = [f for check in _CHECKS for f in check(ev)]
     found += checks.unused_parameters(ev, failure_text)
+    if "unused-parameters" in {f.id for f in found}:  # DDP stopped mid-reduction: the divergence follows from it
+        found = [f for f in found if f.id != "replicas-diverge"]
     for extra in ending.findings:  # a crash that a finding explains is not reported twice
         if extra.id == "script-failed" and any(f.level == "error" for f in found):
             continue

@@ -63,6 +63,9 @@ def _whereabouts(record: RankRecord) -> str:
     pending = [c for c in record.collectives() if not c.done]
     if pending:
         return f"waited in {pending[-1].describe()} at line {pending[-1].line}"
+    stopped = record.last("stopped")
+    if stopped is not None and stopped.get("line") is not None:
+        return f"was at line {stopped['line']} when the timeout stopped it"
     lines = [e["line"] for e in record.events if e.get("line") is not None]
     return f"was last seen at line {lines[-1]}" if lines else "recorded nothing"
 

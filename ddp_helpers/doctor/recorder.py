@@ -21,6 +21,7 @@ import json
 import multiprocessing
 import os
 import re
+import signal
 import sys
 import threading
 import time
@@ -47,7 +48,7 @@ class Recorder:
         self.script = os.path.realpath(script)
         self.pid = os.getpid()
         self.file = open(os.path.join(folder, f"rank{self.rank}.jsonl"), "a", buffering=1)
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()  # the SIGTERM handler may write while the main thread is writing
         self.depth = threading.local()  # collectives inside a recorded one are not recorded again
         self.seq = 0  # collectives entered so far
         self.steps = 0
@@ -65,10 +66,10 @@ class Recorder:
         with self.lock:
             self.file.write(text + "\n")
 
-    def lines(self) -> list[int]:
-        """The learner-file lines on the current stack, innermost first."""
+    def lines(self, frame: Any = None) -> list[int]:
+        """The learner-file lines on the stack (the current one, or from ``frame`` out), innermost first."""
         found = []
-        frame = sys._getframe(1)
+        frame = frame or sys._getframe(1)
         while frame is not None:
             if self.from_script(frame.f_code.co_filename):
                 found.append(frame.f_lineno)
@@ -80,8 +81,8 @@ class Recorder:
             self._is_script[filename] = os.path.realpath(filename) == self.script
         return self._is_script[filename]
 
-    def where(self) -> dict[str, Any]:
-        chain = self.lines()
+    def where(self, frame: Any = None) -> dict[str, Any]:
+        chain = self.lines(frame)
         return {"line": chain[0] if chain else None, "lines": chain}
 
     def nested(self) -> bool:
@@ -378,8 +379,14 @@ def _watch_exit(rec: Recorder, dist: Any) -> None:
             rec.file.flush()
             os._exit(1)
 
+    def stopped(signum: int, frame: Any) -> None:  # the launcher's SIGTERM at the timeout: note where we were
+        rec.write("stopped", **rec.where(frame))
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
     sys.excepthook = crashed
     atexit.register(finished)
+    signal.signal(signal.SIGTERM, stopped)  # a script that sets its own handler replaces this one
 
 
 def _unused(rec: Recorder, message: str) -> list[str]:

@@ -11,7 +11,7 @@ if dist.get_rank() == 0:
     torch.save({"model": model.state_dict(), "epoch": 1}, "ckpt.pt")
 else:
     time.sleep(1.0)  # other work
-    state = torch.load("ckpt.pt", weights_only=False)
+    state = torch.load("ckpt.pt", weights_only=False)  # planted: load-without-barrier, unsafe-load
     model.load_state_dict(state["model"])
 dist.barrier()
 dist.destroy_process_group()

@@ -9,7 +9,7 @@ from torch.utils.data import DataLoader, TensorDataset
 @torch.no_grad()
 def evaluate(model, loader):
     sums = torch.zeros(2)
-    for x, y in loader:
+    for x, y in loader:  # planted: eval-duplicates
         sums += torch.tensor([torch.nn.functional.mse_loss(model(x), y, reduction="sum").item(), len(y)])
     dist.all_reduce(sums)
     return (sums[0] / sums[1]).item()

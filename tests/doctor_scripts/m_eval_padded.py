@@ -13,7 +13,7 @@ optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 sampler = DistributedSampler(train, shuffle=True, seed=1)
 loader = DataLoader(train, batch_size=4, sampler=sampler)
 for epoch in range(2):
-    for x, y in loader:
+    for x, y in loader:  # planted: sampler-epoch-not-set
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()
         optimizer.step()
@@ -21,7 +21,7 @@ for epoch in range(2):
 model.eval()
 correct, seen = torch.zeros(1), torch.zeros(1)
 with torch.no_grad():
-    for x, y in DataLoader(test, batch_size=4, sampler=DistributedSampler(test, shuffle=False)):
+    for x, y in DataLoader(test, batch_size=4, sampler=DistributedSampler(test, shuffle=False)):  # planted: eval-duplicates
         correct += (model(x).argmax(1) == y).sum()
         seen += len(y)
 totals = torch.cat([correct, seen])

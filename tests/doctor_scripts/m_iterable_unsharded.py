@@ -18,9 +18,9 @@ dist.init_process_group("gloo")
 torch.manual_seed(0)
 model = torch.nn.Linear(3, 1)
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-for x, y in DataLoader(Stream(24), batch_size=6):
+for x, y in DataLoader(Stream(24), batch_size=6):  # planted: data-not-sharded
     optimizer.zero_grad()
     torch.nn.functional.mse_loss(model(x), y).backward()
-    optimizer.step()
+    optimizer.step()  # planted: model-not-wrapped
 dist.barrier()
 dist.destroy_process_group()

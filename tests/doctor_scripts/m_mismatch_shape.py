@@ -4,5 +4,5 @@ import torch.distributed as dist
 
 dist.init_process_group("gloo")
 counts = torch.ones(3 + dist.get_rank())
-dist.all_reduce(counts)
+dist.all_reduce(counts)  # planted: collective-mismatch
 dist.destroy_process_group()

@@ -19,14 +19,14 @@ def main():
     for x, y in DataLoader(data, batch_size=4, sampler=sampler):
         with model.no_sync():
             torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
+        opt.step()  # planted: replicas-diverge
         opt.zero_grad()
     dist.barrier()
     if int(os.environ["RANK"]) == 0:
         torch.save(model.module.state_dict(), "final.pt")
     while not os.path.exists("final.pt"):  # wait for rank 0's file
         time.sleep(0.01)
-    model.module.load_state_dict(torch.load("final.pt", weights_only=True))
+    model.module.load_state_dict(torch.load("final.pt", weights_only=True))  # planted: load-without-barrier
     dist.barrier()
     del model
     dist.destroy_process_group()

@@ -6,6 +6,6 @@ dist.init_process_group("gloo")
 rank = dist.get_rank()
 loss = torch.tensor([1.0 + rank])
 if rank == 0:
-    dist.all_reduce(loss)
+    dist.all_reduce(loss)  # planted: rank-conditional-collective
     print(f"mean loss {loss.item() / 2}")
 dist.destroy_process_group()

@@ -9,7 +9,7 @@ import torch.distributed as dist
 def save_checkpoint(step):
     with open(f"step{step}.txt", "w") as f:
         f.write("done")
-    dist.barrier()  # wait until everyone has it
+    dist.barrier()  # planted: rank-conditional-collective
 
 
 def main():

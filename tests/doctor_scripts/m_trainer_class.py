@@ -11,20 +11,20 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 class Trainer:
     def __init__(self, model, train_data, optimizer):
         self.gpu_id = int(os.environ["RANK"])
-        self.device = torch.device(f"cuda:{self.gpu_id}") if torch.cuda.is_available() else torch.device("cpu")
+        self.device = torch.device(f"cuda:{self.gpu_id}") if torch.cuda.is_available() else torch.device("cpu")  # planted: hardcoded-device
         self.model = DDP(model.to(self.device))
         self.train_data = train_data
         self.optimizer = optimizer
 
     def _run_epoch(self, epoch):
-        for source, targets in self.train_data:
+        for source, targets in self.train_data:  # planted: sampler-epoch-not-set
             self.optimizer.zero_grad()
             loss = torch.nn.functional.cross_entropy(self.model(source), targets)
             loss.backward()
             self.optimizer.step()
 
     def _save_checkpoint(self):
-        torch.save(self.model.module.state_dict(), "checkpoint.pt")
+        torch.save(self.model.module.state_dict(), "checkpoint.pt")  # planted: save-on-every-rank
 
     def accuracy(self, data):
         correct = total = 0
@@ -41,7 +41,7 @@ class Trainer:
 
 
 def main():
-    dist.init_process_group("gloo")
+    dist.init_process_group("gloo")  # planted: no-destroy
     torch.manual_seed(0)
     dataset = TensorDataset(torch.randn(40, 6), torch.randint(0, 3, (40,)))
     loader = DataLoader(dataset, batch_size=5, sampler=DistributedSampler(dataset))
@@ -49,10 +49,10 @@ def main():
     trainer = Trainer(model, loader, torch.optim.SGD(model.parameters(), lr=0.1))
     trainer.train(2)
     dist.barrier()
-    trainer.model.module.load_state_dict(torch.load("checkpoint.pt", weights_only=False))
+    trainer.model.module.load_state_dict(torch.load("checkpoint.pt", weights_only=False))  # planted: unsafe-load
     acc = trainer.accuracy(loader)
     if dist.get_rank() == 0:
-        print(f"accuracy {acc:.3f}")
+        print(f"accuracy {acc:.3f}")  # planted: unreduced-metric
 
 
 if __name__ == "__main__":

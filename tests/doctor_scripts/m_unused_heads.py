@@ -21,7 +21,7 @@ def train():
     net = nn.parallel.DistributedDataParallel(TwoHeads())
     opt = torch.optim.SGD(net.parameters(), lr=0.05)
     for _ in range(3):
-        logits, _ = net(torch.randn(4, 3))
+        logits, _ = net(torch.randn(4, 3))  # planted: unused-parameters
         loss = nn.functional.cross_entropy(logits, torch.tensor([0, 1, 0, 1]))
         opt.zero_grad()
         loss.backward()

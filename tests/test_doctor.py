@@ -79,6 +79,8 @@ def test_planted_mistakes_are_found_at_their_lines(reports, name):
         assert found[i].line == line, f"{i}: reported at line {found[i].line}, planted at {line}"
         assert found[i].file == str(SCRIPTS / name)  # the script as it was named
     assert report.exit_code == (1 if any(catalog.CATALOG[i].level == "error" for i in expected) else 0)
+    left = [p.name for folder in (ROOT, SCRIPTS) for p in folder.iterdir() if p.suffix == ".pt" or p.name.startswith("step0")]
+    assert left == [], "the script ran in a temporary folder: its files must not land here"
 
 
 @pytest.mark.parametrize("name, words", [
@@ -116,10 +118,13 @@ def test_clean_scripts_get_no_error(reports, script):
 
 def test_removing_the_planted_mistake_removes_its_finding(tmp_path):
     source = (SCRIPTS / "m_eval_padded.py").read_text()
-    fixed = source.replace("for epoch in range(2):\n", "for epoch in range(2):\n    sampler.set_epoch(epoch)\n")
+    fixed = re.sub(r"(for epoch in range\(2\):.*\n)", r"\1    sampler.set_epoch(epoch)\n", source)
     assert fixed != source
-    (tmp_path / "fixed.py").write_text(fixed)
-    report = diagnose(tmp_path / "fixed.py", timeout=60)
+    script = tmp_path / "fixed.py"
+    script.write_text(fixed)
+    before = script.stat().st_mtime_ns
+    report = diagnose(script, timeout=60)
+    assert script.read_text() == fixed and script.stat().st_mtime_ns == before  # the learner's file is untouched
     assert "sampler-epoch-not-set" not in report.ids and "eval-duplicates" in report.ids, report.render()
 
 

@@ -9,7 +9,9 @@ The script runs unchanged under torchrun (``CUDA_VISIBLE_DEVICES=`` and ``DDP_BA
 empty working folder; a start-up hook records in every rank what it did (:mod:`.recorder`), and the
 doctor reads the records and the script's syntax tree. Exit code: 0 without an error-level finding,
 1 with one, 2 when the script could not be run (missing file, syntax error, an error before
-``init_process_group``). The JSON format is in :mod:`ddp_helpers.doctor.report`.
+``init_process_group``). The JSON format is in :mod:`ddp_helpers.doctor.report`. A hang ends at ``timeout``;
+sooner when a collective waits: unless the script gives ``init_process_group`` a timeout of its own, the
+doctor gives it ``timeout / 4`` (at least 5 s), so the waiting rank fails and says where it waited.
 
 | id | level | detection | section |
 |---|---|---|---|

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from ddp_helpers.doctor.run import DEFAULT_NPROC, DEFAULT_TIMEOUT_S
 
 
-def _positive(kind: type):
+def _positive(kind: type) -> Callable[[str], int | float]:
     def parse(text: str) -> int | float:
         value = kind(text)
         if value <= 0:

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddp_helpers.doctor.records import Pass, RankRecord, passes_by_key
+from ddp_helpers.doctor.records import Collective, Pass, RankRecord, passes_by_key
 from ddp_helpers.doctor.report import Finding
 from ddp_helpers.doctor.static import Script
 
@@ -211,7 +211,7 @@ def _pads(p: Pass) -> str:
     return ""
 
 
-def _next_sum(record: RankRecord, position: int):
+def _next_sum(record: RankRecord, position: int) -> Collective | None:
     """The first collective after a pass, if it adds the ranks' results up (a sum, a mean or a gather)."""
     later = [c for c in record.collectives() if c.position > position]
     if later and (later[0].op in _GATHERS or (later[0].op in ("all_reduce", "reduce") and later[0].reduce in _SUM_LIKE)):

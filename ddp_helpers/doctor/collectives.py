@@ -9,10 +9,14 @@ the ranks recorded, not from their exit codes alone.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ddp_helpers.doctor.checks import Evidence, _ranks
 from ddp_helpers.doctor.records import Collective, RankRecord
 from ddp_helpers.doctor.report import Finding, Outcome
+
+if TYPE_CHECKING:
+    from ddp_helpers.launch import WorkerFailed
 
 ABORT_CODE = -6  # SIGABRT: std::terminate in a gloo thread at interpreter exit
 
@@ -95,7 +99,7 @@ def how_it_ended(ev: Evidence, failure: Exception | None, timeout: float) -> End
     return Ending("crashed", [_crash(ev, failure)])
 
 
-def _exit_codes(failure) -> dict[int, int]:
+def _exit_codes(failure: WorkerFailed) -> dict[int, int]:
     codes = dict(failure.other_failures)
     if failure.rank is not None and failure.exitcode is not None:
         codes[failure.rank] = failure.exitcode

@@ -14,7 +14,7 @@ from pathlib import Path
 from ddp_helpers.doctor.recorder import COLLECTIVES
 
 _RANK_WORDS = re.compile(r"rank|is_main|main_process|is_master", re.IGNORECASE)
-_METRIC_WORDS = re.compile(r"loss|acc|metric|correct|error|f1|perplex|score", re.IGNORECASE)
+_METRIC_WORDS = re.compile(r"loss|acc|metric|correct|mse|mae|f1|perplex|score", re.IGNORECASE)
 _DEVICE_CALLS = {"to", "cuda", "set_device"}
 _DEVICE_KEYWORDS = {"device_ids", "output_device", "device", "map_location"}
 _LIBRARIES = ("torch", "numpy", "math", "statistics", "sklearn")  # their functions do no collective

@@ -12,7 +12,7 @@ model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 2))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 sampler = DistributedSampler(train, shuffle=True, seed=1)
 loader = DataLoader(train, batch_size=4, sampler=sampler)
-for epoch in range(2):
+for epoch in range(2):  # noqa: B007  the epoch never reaches the sampler
     for x, y in loader:  # planted: sampler-epoch-not-set
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(model(x), y).backward()

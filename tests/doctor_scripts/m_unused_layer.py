@@ -19,7 +19,7 @@ dist.init_process_group("gloo")
 rank = dist.get_rank()
 model = DDP(Net(), device_ids=[rank] if torch.cuda.is_available() else None)  # planted: hardcoded-device
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
-for step in range(3):
+for _ in range(3):
     opt.zero_grad()
     model(torch.randn(2, 4)).sum().backward()  # planted: unused-parameters
     opt.step()

@@ -127,11 +127,13 @@ def _hang(ev: Evidence, timeout: float) -> Finding:
 
 
 def _exit_abort(ev: Evidence, ranks: list[int]) -> Finding:
-    destroy = ev.records[ranks[0]].first("destroy") or {}
+    record = ev.records[ranks[0]]
+    destroy = record.first("destroy") or {}
+    returned = "destroy_process_group returned and " if record.first("destroyed") else ""
     held = (f"; {destroy['ddp_alive']} DDP model(s) still existed when destroy_process_group ran"
             if destroy.get("ddp_alive") else "")
     return ev.finding("gloo-exit-abort", destroy.get("line"), (
-        f"{_ranks(ranks)} reached the end of the script (the doctor's exit handler ran) and then aborted with "
+        f"{_ranks(ranks)} finished the script ({returned}the doctor's exit handler ran), then aborted with "
         f"exit code {ABORT_CODE}{held}"))
 
 

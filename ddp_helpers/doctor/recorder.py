@@ -165,12 +165,10 @@ def _wrap_process_group(rec: Recorder, dist: Any) -> None:
         default_group = not args and kwargs.get("group") is None
         if default_group:
             _write_params(rec)
-            alive = [m for m in rec.ddp_models]
-            rec.write("destroy", ddp_alive=len(alive), **rec.where())
-            del alive
+            rec.write("destroy", ddp_alive=len(rec.ddp_models), **rec.where())
         destroy(*args, **kwargs)
         if default_group:
-            rec.write("destroyed")
+            rec.write("destroyed")  # it returned: the group's work on this rank is over
 
     dist.init_process_group, dist.destroy_process_group = recorded_init, recorded_destroy
 
@@ -188,7 +186,7 @@ def _param_sums(optimizer: Any) -> dict[str, Any]:
 
     params = [p for group in optimizer.param_groups for p in group["params"]]
     sharded = any(type(p.data) is not torch.Tensor for p in params)  # DTensor shards differ by design
-    sums = [] if sharded else torch.stack([p.detach().double().sum() for p in params]).tolist()
+    sums = [] if sharded or not params else torch.stack([p.detach().double().sum() for p in params]).tolist()
     return {"sums": sums, "sharded": sharded}
 
 
@@ -374,7 +372,7 @@ def _watch_exit(rec: Recorder, dist: Any) -> None:
 
     def finished() -> None:  # registered first, so it runs after the script's own atexit handlers
         _write_params(rec)
-        rec.write("end", pg_alive=dist.is_initialized(), ddp_alive=len(list(rec.ddp_models)), crashed=rec.crashed)
+        rec.write("end", pg_alive=dist.is_initialized(), ddp_alive=len(rec.ddp_models), crashed=rec.crashed)
         if rec.crashed:  # a rank that failed can hang in gloo's shutdown: leave now, with Python's code for it
             rec.file.flush()
             os._exit(1)

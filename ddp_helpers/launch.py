@@ -436,6 +436,7 @@ def torchrun(
     timeout: float = 120,
     live: LiveMode = "auto",
     summary: bool = True,
+    cwd: str | os.PathLike | None = None,
 ) -> LaunchResult:
     """Run ``script`` under torchrun with ``nproc`` processes per node.
 
@@ -454,6 +455,8 @@ def torchrun(
     live           "auto" (widget in Jupyter, stdout elsewhere), "widget",
                    "stdout" or "quiet"; env DDP_HELPERS_LIVE overrides "auto"
     summary        print the rank-ordered stdout summary at the end
+    cwd            the working folder of the agents and ranks (default: this process's);
+                   a relative ``script`` is still found from this process's folder
 
     Returns a LaunchResult; raises WorkerFailed naming the failing rank. The stop button
     (KeyboardInterrupt) terminates every rank, then raises KeyboardInterrupt saying so.
@@ -462,6 +465,9 @@ def torchrun(
     install_traceback_filter((LaunchError, LaunchStopped))
     path, script_args, torchrun_args, parsed, live_mode = _validate(
         script, nproc, nnodes, timeout, args, torchrun_args, env, live)
+    if cwd is not None and not Path(cwd).is_dir():
+        raise NotADirectoryError(f"cwd {str(cwd)!r} is not a folder")
+    script = path.resolve() if cwd is not None else script  # the ranks start in cwd
     env = dict(env or {})
     caller_env = dict(env)  # what the caller asked for, for the launch record
     if parsed.max_restarts > 0 and SHARE_STORE_SWITCH not in env and SHARE_STORE_SWITCH not in os.environ:
@@ -473,7 +479,7 @@ def torchrun(
     with tempfile.TemporaryDirectory(prefix="ddp_failures_") as failures_dir:  # removed on every path
         try:
             return _run(plan, path, nproc, nnodes, script_args, env, caller_env, torchrun_args, timeout,
-                        live_mode, summary, failures_dir, started)
+                        live_mode, summary, failures_dir, started, cwd)
         except LaunchError as err:
             err.started = started
             raise
@@ -481,7 +487,7 @@ def torchrun(
 
 def _run(plan: LaunchPlan, path: Path, nproc: int, nnodes: int, script_args: list[str], env: dict[str, str],
          caller_env: dict[str, str], torchrun_args: list[str], timeout: float, live_mode: str, summary: bool,
-         failures_dir: str, started: float) -> LaunchResult:
+         failures_dir: str, started: float, cwd: str | os.PathLike | None = None) -> LaunchResult:
     """Start the plan's agents, stream their output, and return or raise as torchrun() says."""
     __tracebackhide__ = True
     shown = plan.shown
@@ -508,7 +514,7 @@ def _run(plan: LaunchPlan, path: Path, nproc: int, nnodes: int, script_args: lis
     try:
         for cmd in commands:
             p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 env=child_env, start_new_session=True, bufsize=1)
+                                 env=child_env, start_new_session=True, bufsize=1, cwd=cwd)
             procs.append(p)
             for tag, stream in (("out", p.stdout), ("err", p.stderr)):
                 threading.Thread(target=_pump, args=(stream, tag, q), daemon=True).start()

@@ -303,6 +303,7 @@ def test_extra_env_reaches_every_rank(tmp_path):
     ({"live": "loud"}, ValueError, "live must be"),
     ({"live": "bogus"}, ValueError, "live must be"),
     ({"script": None}, TypeError, "script must be the path of a worker script"),
+    ({"cwd": "no/such/folder"}, NotADirectoryError, "is not a folder"),
 ])
 def test_bad_arguments_get_clear_errors_before_anything_starts(tmp_path, monkeypatch, capsys,
                                                                kwargs, error, words):
@@ -330,6 +331,15 @@ def test_missing_script_says_what_to_do(tmp_path):
         torchrun(tmp_path / "nope.py", live="quiet")
     with pytest.raises(IsADirectoryError, match="is a directory"):
         torchrun(tmp_path, live="quiet")
+
+
+def test_ranks_start_in_cwd_and_a_relative_script_is_found_from_here(tmp_path, monkeypatch):
+    script = write(tmp_path, "cwd", "import os\nprint(os.getcwd())\n")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "elsewhere").mkdir()
+    result = torchrun(script.name, nproc=2, live="quiet", summary=False, cwd=tmp_path / "elsewhere")
+    assert result.stdout == {r: [str(tmp_path / "elsewhere")] for r in (0, 1)}
+    assert torchrun(script.name, nproc=1, live="quiet", summary=False).stdout == {0: [str(tmp_path)]}
 
 
 def test_worker_options_are_not_taken_by_torchrun(tmp_path):

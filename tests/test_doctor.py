@@ -107,13 +107,21 @@ def test_messages_say_what_was_measured(reports, name, words):
         assert text in found[i], found[i]
 
 
+# gloo's exit abort can end, now and then, a run whose DDP model is still alive at destroy_process_group()
+# (the c_ scripts keep theirs, as many learners' scripts do): the doctor reports it as a warning with its fix.
+# It says nothing about the training, so the checks of the c_ scripts leave it out; the walkthrough's steps
+# and the template end their group so that it cannot happen, and are held to no finding at all.
+EXIT_RACE = "gloo-exit-abort"
+
+
 @pytest.mark.parametrize("script", sorted(CLEAN))
 def test_clean_scripts_get_no_error(reports, script):
     report = reports(script, CLEAN[script])
     assert report.outcome == "completed" and report.exit_code == 0, report.render()
-    assert [f.id for f in report.findings if f.id != "save-on-every-rank"] == [], report.render()
+    findings = [f for f in report.findings if not ("c_" in script and f.id == EXIT_RACE)]
+    assert [f.id for f in findings if f.id != "save-on-every-rank"] == [], report.render()
     if "step9" in script or "c_" in script or "train_ddp" in script:  # they save on rank 0 only
-        assert report.findings == []
+        assert findings == []
 
 
 def test_removing_the_planted_mistake_removes_its_finding(tmp_path):
@@ -137,7 +145,8 @@ def test_cli_exit_codes_and_json(tmp_path):
     clean = run_cli("--json", str(tmp_path / "clean.json"), "tests/doctor_scripts/c_iterable.py")
     assert clean.returncode == 0, clean.stdout + clean.stderr
     data = json.loads((tmp_path / "clean.json").read_text())
-    assert data["exit_code"] == 0 and data["findings"] == [] and data["outcome"] == "completed"
+    assert data["exit_code"] == 0 and data["outcome"] == "completed"
+    assert [f for f in data["findings"] if f["id"] != EXIT_RACE] == []  # c_iterable keeps its DDP model to the end
     broken = run_cli("--json", str(tmp_path / "broken.json"), "--timeout", "60", "tests/doctor_scripts/m_rank_branch.py")
     assert broken.returncode == 1, broken.stdout + broken.stderr
     data = json.loads((tmp_path / "broken.json").read_text())

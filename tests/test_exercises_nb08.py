@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -78,9 +79,10 @@ def with_clean_exit(source: str) -> str:
     if "\nimport torch.distributed.nn" not in source:
         source = source.replace("import torch.distributed as dist\n",
                                 "import torch.distributed as dist\nimport torch.distributed.nn  # noqa: F401\n", 1)
-    if "del model" not in source:
+    if "\ndel model" not in source:
         source = source.replace("\ndist.destroy_process_group()", "\ndist.barrier()\ndel model\ndist.destroy_process_group()")
-    assert "\nimport torch.distributed.nn" in source and "del model\ndist.destroy_process_group()" in source
+    assert "\nimport torch.distributed.nn" in source
+    assert re.search(r"^del model\b.*\ndist\.destroy_process_group\(\)", source, re.M)
     return source
 
 

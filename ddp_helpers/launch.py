@@ -27,7 +27,6 @@ import queue
 import re
 import shlex
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from typing import IO, TYPE_CHECKING, Literal, NoReturn, get_args
 
 import psutil
 
+from ddp_helpers.launch_watchdog import start_watchdog, stop_watchdog, terminate
 from ddp_helpers.runtime import FAILURES_ENV
 from ddp_helpers.tracebacks import install_traceback_filter
 
@@ -55,7 +55,6 @@ _INNER_PREFIX_RE = re.compile(r"^\[rank\d+\]: ?")
 _ROOT_CAUSE_RE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+)", re.S)
 _FAILURE_RE = re.compile(r"rank\s*:\s*(\d+) \(local_rank: \d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 _TRACEBACK_TAIL_LINES = 15
-_KILL_GRACE_S = 5.0
 
 # torch's own switch against pytorch/pytorch#135712, set when restarts are requested.
 # By default torchrun's c10d rendezvous shares the agent's TCPStore with the workers
@@ -362,67 +361,10 @@ def _with_parent_death_signal(argv: list[str]) -> list[str]:
     return [setpriv, "--pdeathsig", "TERM", "--", *argv] if setpriv else list(argv)
 
 
-_WATCHDOG = str(Path(__file__).resolve().with_name("launch_watchdog.py"))
-_WATCHDOG_GRACE_S = 3.0  # a dead caller's launch: SIGTERM, then SIGKILL after this (all gone within 10 s)
-
-
-def _start_watchdog(agents: Sequence[subprocess.Popen]) -> subprocess.Popen:
-    """One watchdog for the launch's agents (see :mod:`ddp_helpers.launch_watchdog`): in a session of
-    its own, so that whatever kills this process's group (a kernel restart) spares it."""
-    return subprocess.Popen([sys.executable, "-P", _WATCHDOG, str(os.getpid()), str(_WATCHDOG_GRACE_S),
-                             *(str(p.pid) for p in agents)],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
-
-
-def _stop_watchdog(watchdog: subprocess.Popen | None) -> None:
-    """The launch is over here: the watchdog exits once the agents have (reaped, so no zombie stays)."""
-    if watchdog is None:
-        return
-    try:
-        watchdog.wait(timeout=2 * _KILL_GRACE_S)
-    except subprocess.TimeoutExpired:
-        watchdog.kill()
-        watchdog.wait()
-
-
 def _pump(stream: IO[str], tag: str, q: queue.Queue) -> None:
     for line in iter(stream.readline, ""):
         q.put((tag, line))
     q.put((tag, None))
-
-
-def _tree(procs: Sequence[subprocess.Popen]) -> list[psutil.Process]:
-    alive = []
-    for p in procs:
-        try:
-            alive.append(psutil.Process(p.pid))
-            alive += psutil.Process(p.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
-
-
-def terminate(procs: Sequence[subprocess.Popen], grace: float = _KILL_GRACE_S) -> None:
-    """SIGTERM every agent and every descendant, then SIGKILL what is left."""
-    members = _tree(procs)  # snapshot first: workers run in their own sessions
-    for m in members:
-        try:
-            m.send_signal(signal.SIGTERM)
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(members, timeout=grace)
-    for m in alive + _tree(procs):
-        try:
-            m.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(members, timeout=grace)
-    for p in procs:
-        try:
-            p.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 def torchrun(
@@ -518,7 +460,7 @@ def _run(plan: LaunchPlan, path: Path, nproc: int, nnodes: int, script_args: lis
             procs.append(p)
             for tag, stream in (("out", p.stdout), ("err", p.stderr)):
                 threading.Thread(target=_pump, args=(stream, tag, q), daemon=True).start()
-        watchdog = _start_watchdog(procs)
+        watchdog = start_watchdog(procs)
         open_streams = 2 * len(procs)
         while open_streams:
             remaining = timeout - (time.monotonic() - start)
@@ -558,7 +500,7 @@ def _run(plan: LaunchPlan, path: Path, nproc: int, nnodes: int, script_args: lis
         terminate(procs)
         raise
     finally:
-        _stop_watchdog(watchdog)
+        stop_watchdog(watchdog)
         result.seconds = time.monotonic() - start
         result.agent_log = agent_log
     codes = [p.returncode for p in procs]

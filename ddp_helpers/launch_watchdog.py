@@ -1,7 +1,9 @@
-"""Ends a launch's processes when the process that launched them dies, whatever killed it.
+"""Ending a launch's processes: :func:`terminate` when the launcher is alive (a timeout, the stop button,
+an error), and a watchdog process for when the process that launched them dies, whatever killed it.
 
-The launcher (:mod:`ddp_helpers.launch`) starts one watchdog per launch, right after the torchrun
-agents, in a session of its own (a kernel restart that kills the kernel's process group spares it):
+The launcher (:mod:`ddp_helpers.launch`) starts one watchdog per launch (:func:`start_watchdog`), right
+after the torchrun agents, in a session of its own (a kernel restart that kills the kernel's process group
+spares it):
 
     python -P launch_watchdog.py CALLER_PID GRACE_S AGENT_PID [AGENT_PID ...]
 
@@ -24,12 +26,15 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import psutil
 
+KILL_GRACE_S = 5.0  # terminate(): SIGTERM, then SIGKILL after this
+WATCHDOG_GRACE_S = 3.0  # a dead caller's launch: SIGTERM, then SIGKILL after this (all gone within 10 s)
 POLL_S = 0.1  # how often the caller and the agents are checked
 TREE_EVERY = 5  # the agents' trees are re-read every TREE_EVERY polls (0.5 s)
 _stop_requested = False
@@ -119,6 +124,51 @@ def watch(caller_pid: int, grace_s: float, agent_pids: list[int]) -> int:
             known = {p.pid: p for p in _alive(known.values())}
             known.update(_with_descendants(_alive(agents)))
         time.sleep(POLL_S)
+
+
+def start_watchdog(agents: Sequence[subprocess.Popen]) -> subprocess.Popen:
+    """One watchdog for a launch's agents, started by this process (the caller it watches), by path with
+    ``python -P``, in a session of its own so that whatever kills the caller's process group spares it."""
+    return subprocess.Popen([sys.executable, "-P", __file__, str(os.getpid()), str(WATCHDOG_GRACE_S),
+                             *(str(p.pid) for p in agents)],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+
+
+def stop_watchdog(watchdog: subprocess.Popen | None) -> None:
+    """The launch is over: the watchdog exits once the agents have; reap it so that no zombie stays."""
+    if watchdog is None:
+        return
+    try:
+        watchdog.wait(timeout=2 * KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        watchdog.kill()
+        watchdog.wait()
+
+
+def _tree(procs: Sequence[subprocess.Popen]) -> list[psutil.Process]:
+    alive = []
+    for p in procs:
+        try:
+            alive.append(psutil.Process(p.pid))
+            alive += psutil.Process(p.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+def terminate(procs: Sequence[subprocess.Popen], grace: float = KILL_GRACE_S) -> None:
+    """SIGTERM every agent and every descendant, then SIGKILL what is left (from a live launcher)."""
+    members = _tree(procs)  # snapshot first: workers run in their own sessions
+    _signal_all(members, signal.SIGTERM)
+    _, alive = psutil.wait_procs(members, timeout=grace)
+    _signal_all(alive + _tree(procs), signal.SIGKILL)
+    psutil.wait_procs(members, timeout=grace)
+    for p in procs:
+        try:
+            p.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
 
 
 def main(argv: list[str]) -> int:

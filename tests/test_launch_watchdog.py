@@ -12,7 +12,8 @@ import psutil
 import pytest
 
 from ddp_helpers import launch_watchdog
-from ddp_helpers.launch import _WATCHDOG
+
+_WATCHDOG = launch_watchdog.__file__  # run by path, as the launcher runs it
 
 # A process that ignores SIGTERM, with a child (and grandchild) that ignore it too.
 STUBBORN_TREE = """

@@ -52,6 +52,8 @@ NOT_LAUNCHED = {
     "05_kill_mid_save.py": "plain python, no process group", "09_fake_slurm.py": "a stand-in for srun",
     "09_elastic.py": "two torchrun agents started by hand (per-node settings, one node killed), gloo by design",
     "08_plain_digits.py": "plain python: the single-process script that exercise 08.1 converts",
+    "08_three_mistakes.py": "run by the doctor (CPU and gloo by design), which records no launch",
+    "08_three_mistakes_fixed.py": "run by the doctor (CPU and gloo by design), which records no launch",
 }
 FLOAT = re.compile(r"[-+]?(?:\d+\.\d*(?:[eE][-+]?\d+)?|\d+[eE][-+]?\d+|nan|inf)")
 # Words that name the device or its precision recipe, not a result.

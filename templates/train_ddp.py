@@ -119,7 +119,19 @@ def init_worker(worker_id: int) -> None:
     A preemption's SIGTERM reaches the workers too (torchrun signals each rank's process group): they
     ignore it, and the training process finishes its step, saves, and shuts them down."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # held since start_workers: now dropped
     random.seed(torch.initial_seed() % 2**32)  # the same as torch's own seeding; shown for the pattern
+
+
+def start_workers(loader: DataLoader) -> object:
+    """The epoch's iterator, its workers started with SIGTERM held until init_worker ignores it. Until
+    then torch's handler in a worker (torch/csrc/DataLoader.cpp, handler_SIGTERM) dies of a SIGTERM
+    that its parent did not send, and the rank with it: a preemption as an epoch starts crashed the run."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # children inherit the mask
+    try:
+        return iter(loader)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # here a held SIGTERM now sets stop_requested
 
 
 @torch.no_grad()
@@ -230,7 +242,7 @@ def main() -> None:
         skip = state["step"] if epoch == state["epoch"] else 0  # batches done before a preemption
         sums = torch.tensor(state["sums"][rank] if skip else [0.0, 0.0, 0.0], dtype=torch.float64, device=device)
         start, seen = time.perf_counter(), 0
-        for step, (x, y) in enumerate(loader):
+        for step, (x, y) in enumerate(start_workers(loader)):
             if step < skip:
                 continue  # replayed, not trained on: the data and RNG draws stay those of the first run
             global_step = epoch * len(loader) + step

@@ -437,6 +437,7 @@ def _run(plan: LaunchPlan, path: Path, nproc: int, nnodes: int, script_args: lis
     child_env[FAILURES_ENV] = failures_dir
     child_env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = _PREFIX_TEMPLATE
     child_env.setdefault("PYTHONUNBUFFERED", "1")
+    child_env.setdefault("PYTHON_COLORS", "0")  # parsed text: ipykernel sets FORCE_COLOR, 3.13 would colour tracebacks
     child_env.pop("DDP_HELPERS_LIVE", None)
     if nnodes > 1:  # simulated nodes share this machine's GPUs: NCCL would refuse them
         child_env.setdefault("DDP_BACKEND", "gloo")

@@ -117,6 +117,30 @@ def test_compared_outputs_hold_no_machine_shape(notebook):
     assert not found, f"compared output shows the machine (ignore the cell's output, assert its facts): {found}"
 
 
+# Compared text must also read the same on every supported Python and torch release (notebooks/README.md,
+# "Every stack"): no line numbers outside the series' own scripts, no warning wording, no colour codes, no
+# reprs of private objects, no release numbers. The series' own scripts (scripts/NN_name.py) are its text.
+_RELEASE_TEXT = {
+    "a line number outside the series' scripts": re.compile(
+        r'File "(?:[^"]*/)?(?!\d\d_)[^"/]*", line \d+|(?<![\w/])(?:[\w.-]+/)*(?!\d\d_)[\w.-]+\.py:\d+\b'),
+    "a warning's wording": re.compile(r"\b[A-Z]\w*Warning: \S"),
+    "a terminal colour code": re.compile(r"\x1b\["),
+    "a private object's repr": re.compile(r" object at 0x|<class '_|\(built-in\)>"),
+    "a torch or Python release": re.compile(r"(?<![\w.])(?:2\.1[3-9]|3\.1[1-4])\.\d+(?![\w.]*\d)"),
+}
+
+
+def release_text(nb_cells):
+    """What of a Python or torch release the compared outputs hold: [(cell, what, text)]."""
+    return [(i, what, m.group()) for i, text in compared_texts(nb_cells)
+            for what, pattern in _RELEASE_TEXT.items() for m in pattern.finditer(text)]
+
+
+def test_compared_outputs_hold_no_release_text(notebook):
+    found = release_text(cells(notebook))
+    assert not found, f"compared output varies by release (show it on stderr or ignored, assert its meaning): {found}"
+
+
 def _planted(text, ignore=False):
     src = ["# NBVAL_IGNORE_OUTPUT\n" if ignore else "", "print(report)"]
     return [{"cell_type": "code", "metadata": {}, "source": src,
@@ -198,3 +222,21 @@ def test_navigation_is_current_and_links_resolve():
             for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", source(cell)):
                 if not target.startswith(("http://", "https://")):
                     assert (path.parent / target).exists(), f"{path.name}: broken link {target}"
+
+
+@pytest.mark.parametrize("text", [
+    'Traceback (most recent call last):\n  File "/usr/lib/python3.13/multiprocessing/spawn.py", line 122, in spawn_main',
+    "torch/multiprocessing/spawn.py:88", "FutureWarning: The module torch.distributed.launch is deprecated",
+    "UserWarning: ['torch.cuda.amp.GradScaler is enabled, but CUDA is not available.']",
+    "\x1b[35mZeroDivisionError\x1b[0m", "<torch._C._distributed_c10d.ProcessGroup object at 0x7f3a>",
+    "Can't get attribute 'greet' on <module '__main__' (built-in)>", "torch 2.13.0", "python 3.13.0"])
+def test_release_text_guard_catches_planted_release_text(text):
+    assert release_text(_planted(text)), text
+    assert not release_text(_planted(text, ignore=True))  # shown, not compared: allowed
+
+
+def test_release_text_guard_passes_the_series_own_text():
+    for text in ['  File "scripts/00_fail.py", line 8, in <module>', "ERROR data-not-sharded  scripts/08_three_mistakes.py:15",
+                 "waits in all_reduce(), called at 09_mismatch.py:35", "warnings: ['FutureWarning']",
+                 "python 3.11 or newer: True", "lr 3.000e-03, 2.5 steps", "12.13.0.1 is not a release"]:
+        assert not release_text(_planted(text)), text

@@ -91,7 +91,7 @@ def compile_variants(width: int = 512, depth: int = 4, batch: int = 16, steps: i
         _train(reference, steps, width, batch)
         for backend in backends:
             for way in (WRAP_THEN_COMPILE, COMPILE_THEN_WRAP):
-                torch._dynamo.reset()
+                torch.compiler.reset()
                 torch._dynamo.utils.counters.clear()
                 counter, model = GraphCounter(backend), make().to(device)
                 if way == WRAP_THEN_COMPILE:
@@ -106,7 +106,7 @@ def compile_variants(width: int = 512, depth: int = 4, batch: int = 16, steps: i
                 result["variants"][f"{way}, {kind}, {backend}"] = {
                     "way": way, "model": kind, "backend": backend, "graphs": graphs, "subgraphs": counter.subgraphs,
                     "graph_breaks": breaks, "break_reasons": reasons, "max_diff": diff, "equal": diff == 0.0}
-    torch._dynamo.reset()
+    torch.compiler.reset()
     return result
 
 

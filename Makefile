@@ -27,12 +27,13 @@ NBVAL_PAR := $(if $(filter-out 0,$(NBVAL_JOBS)),-n $(NBVAL_JOBS) --dist loadfile
 # string hashing. The stored outputs must still match (notebooks/README.md, "Every machine").
 PORTABLE_ENV := ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 PYTHONHASHSEED=random
 
-.PHONY: help venv lab test test-portable test-browser test-slurm gpu-check unit nbval lint execute nav bench handouts clean stress stress-tests
+.PHONY: help venv lab test test-portable test-stacks test-browser test-slurm gpu-check unit nbval lint execute nav bench handouts clean stress stress-tests
 
 help:
 	@echo "make lab      - set up .venv if needed and open JupyterLab on notebooks/ (127.0.0.1, token on)"
 	@echo "make test     - unit tests, lint and strict nbval over every notebook"
 	@echo "make test-portable - strict nbval again under another CPU kernel choice (see PORTABLE_ENV)"
+	@echo "make test-stacks - unit tests and make test-portable in .venv-newest: Python 3.13 (PY313), the newest torch from PyPI"
 	@echo "make gpu-check - every recorded launch at its recorded size on GPUs (nccl) vs the CPU (gloo); exits 0 without GPUs"
 	@echo "make test-slurm - cluster/slurm_ddp.sbatch on a real two-node Slurm on this machine (root; installs slurm-wlm, munge; else skipped)"
 	@echo "make test-browser - run notebooks 00 and 02 (and 02's student edition) in JupyterLab in headless Chromium (needs chromium)"
@@ -42,57 +43,94 @@ help:
 	@echo "make bench    - performance measurements of notebook 10, outside Jupyter"
 	@echo "make stress   - repeated launches for failure rates (restarts, plain-script exit aborts, killed callers), not in make test"
 	@echo "make stress-tests - the launch-heavy test files ROUNDS times in a row (BUSY=1: cores kept busy), failures per test"
-	@echo "make lock     - regenerate requirements.lock from requirements.txt (pip-compile); UPGRADE=1 for the newest versions"
+	@echo "make lock     - regenerate requirements-py3.1X.lock from requirements.txt (pip-compile, one lock per Python); UPGRADE=1 for the newest"
 
-# The Python that requirements.lock is made and tested for: any 3.11 release (numpy 2.4 and others
-# need 3.11; the lock is made with the oldest release tested, Debian 12's 3.11.2, so that no pin needs
-# a later one). Checked before anything is created or installed.
-PY_WANT   := Python 3.11
-PY_OK     := 3.11.*
-PY_ADVICE := install it, or pass PY=/path/to/python3.11, or use conda env create -f environment.yml
+# The Pythons make venv installs for, each with its own lock (requirements-py3.X.lock, pip-compile output
+# made with that Python): any 3.11, 3.12 or 3.13 release (numpy 2.4 and others need 3.11; each lock is
+# made with the oldest release of its Python at hand, e.g. Debian 12's 3.11.2, so that no pin needs a
+# later one). pyproject.toml's requires-python says the same. Checked before anything is created or installed.
+PYTHONS   := 3.11 3.12 3.13
+LOCKS     := $(foreach v,$(PYTHONS),requirements-py$(v).lock)
+PY_WANT   := Python 3.11 to 3.13
+PY_OK     := 3.11.*|3.12.*|3.13.*
+PY_ADVICE := install one, or pass PY=/path/to/python3.11 (or 3.12, 3.13), or use conda env create -f environment.yml
 # $(call need_python,INTERPRETER,ADVICE): a shell command that fails with a message unless INTERPRETER is $(PY_WANT).
 need_python = v=$$($(1) -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null); \
 	case "$$v" in $(PY_OK)) ;; *) echo "make needs $(PY_WANT), found $${v:-no working Python} at $(1): $(2)" >&2; exit 1;; esac
 # $(call python_ok,VENV): check VENV's own Python if VENV exists, else $(PY), which will create it.
-python_ok = if test -x $(1)/bin/python; then $(call need_python,$(1)/bin/python,remove $(1) and run make again with PY=/path/to/python3.11); \
+python_ok = if test -x $(1)/bin/python; then $(call need_python,$(1)/bin/python,remove $(1) and run make again with PY=/path/to/python3.11 (or 3.12, 3.13)); \
 	else $(call need_python,$(PY),$(PY_ADVICE)); fi
+# pip without this machine's pip configuration (local indexes, find-links, constraints such as a cap
+# on torch): what a learner's pip gets from PyPI. make test-stacks installs .venv-newest so.
+PYPI_ONLY := PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS= PIP_CONSTRAINT=
+PIP_ENV   ?=
 
-# Reinstall only when the pins, the lock or the package metadata change. requirements.txt says what
-# is installed, requirements.lock (a constraints file) the version of every package that pulls in.
-$(STAMP): requirements.txt requirements.lock pyproject.toml
+# Reinstall only when the pins, a lock or the package metadata change. requirements.txt says what is
+# installed, the lock of the venv's Python (a constraints file) the version of every package that pulls
+# in. tools/stack.py writes the two files pip gets: requirements.txt and that lock, or, where the venv
+# already holds a torch in the supported range (2.13.0 to 2.15.x, a CUDA build included), both with that
+# torch in place of their torch pins, and the lock without its CUDA packages (that torch brought its own).
+$(STAMP): requirements.txt $(LOCKS) pyproject.toml tools/stack.py
 	@$(call python_ok,$(VENV))
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q -r requirements.txt -c requirements.lock
-	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	$(BIN)/python tools/stack.py write $(VENV)
+	$(PIP_ENV) $(BIN)/python -m pip install -q -r $(VENV)/stack-requirements.txt -c $(VENV)/stack-constraints.txt
+	$(PIP_ENV) $(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	touch $(STAMP)
 
-# requirements.lock from requirements.txt: pip-tools' pip-compile, in a tool venv under build/ made with
-# $(PY) (make it with the oldest 3.11 release supported: make lock PY=/usr/bin/python3.11 on Debian 12,
-# whose 3.11.2 is; pip-compile then picks only versions that install there), resolves with pip (so it sees the same torch wheels as make venv). It keeps the lock's pins
-# where they still fit; UPGRADE=1 takes the newest. torch's local suffix (+cpu) is dropped so that a
-# CUDA build of the same version satisfies the lock too. Where pip sees no CPU wheel of torch, it
-# resolves PyPI's CUDA build and make lock stops: add LOCK_ARGS='--extra-index-url <PyTorch's CPU index>'.
-PIP_TOOLS := build/pip-tools
-.PHONY: lock
-lock:
-	@$(call python_ok,$(PIP_TOOLS))
-	test -x $(PIP_TOOLS)/bin/pip-compile || { $(PY) -m venv $(PIP_TOOLS) && $(PIP_TOOLS)/bin/pip install -q pip-tools==7.6.2; }
-	cp requirements.lock build/requirements.lock 2>/dev/null || true
-	CUSTOM_COMPILE_COMMAND="make lock" $(PIP_TOOLS)/bin/pip-compile -q --allow-unsafe --strip-extras \
+# The locks from requirements.txt: pip-tools' pip-compile, in a tool venv under build/ per Python, each
+# made with its own Python: PY311, PY312, PY313 (python3.1X on PATH or pyenv's, the first that runs; make
+# them with the oldest release of each supported, e.g. PY311=/usr/bin/python3.11 on Debian 12, whose
+# 3.11.2 is: pip-compile then picks only versions that install there). pip-compile resolves with pip, so
+# it sees the torch wheels that make venv sees. It keeps a lock's pins where they still fit; UPGRADE=1
+# takes the newest. torch's local suffix (+cpu) is dropped so that another build of the same version
+# satisfies the lock too, and so are the markers of requirements.txt (a lock serves one Python).
+# 3.11, the reference stack: resolved with this machine's pip configuration and the CPU wheel of torch,
+# so its lock pins no CUDA package; where pip sees no CPU wheel, it resolves PyPI's CUDA build and make
+# lock stops: add LOCK_ARGS='--extra-index-url https://download.pytorch.org/whl/cpu'.
+# 3.12 and 3.13: resolved from PyPI alone ($(PYPI_ONLY)), as a learner's pip gets torch there: on Linux
+# x86_64 a CUDA build, whose CUDA packages (nvidia-*, cuda-*, triton) these locks pin too.
+first_python = $(firstword $(foreach p,$(2) python$(1) $(sort $(wildcard $(HOME)/.pyenv/versions/$(1).*/bin/python$(1))),\
+	$(if $(shell $(p) -c 'import venv' 2>/dev/null && echo ok),$(p))) python$(1))
+PY311 ?= $(call first_python,3.11,/usr/bin/python3.11)
+PY312 ?= $(call first_python,3.12)
+PY313 ?= $(call first_python,3.13)
+LOCK_ENV_3.11 :=
+LOCK_ENV_3.12 := $(PYPI_ONLY)
+LOCK_ENV_3.13 := $(PYPI_ONLY)
+.PHONY: lock $(addprefix lock-py,$(PYTHONS))
+lock: $(addprefix lock-py,$(PYTHONS))
+$(addprefix lock-py,$(PYTHONS)): lock-py%:
+	@$(call need_python,$(PY$(subst .,,$*)),pass PY$(subst .,,$*)=/path/to/python$*)
+	@$(PY$(subst .,,$*)) -c 'import sys; assert "%d.%d" % sys.version_info[:2] == "$*", "PY$(subst .,,$*) is not Python $*"'
+	test -x build/pip-tools-py$*/bin/pip-compile || { $(PY$(subst .,,$*)) -m venv build/pip-tools-py$* && \
+	  $(LOCK_ENV_$*) build/pip-tools-py$*/bin/pip install -q pip-tools==7.6.2; }
+	cp requirements-py$*.lock build/requirements-py$*.lock 2>/dev/null || cp requirements-py3.11.lock build/requirements-py$*.lock
+	$(LOCK_ENV_$*) CUSTOM_COMPILE_COMMAND="make lock" build/pip-tools-py$*/bin/pip-compile -q --allow-unsafe --strip-extras \
 	  --no-emit-index-url --no-emit-find-links --no-emit-trusted-host $(if $(UPGRADE),--upgrade) $(LOCK_ARGS) \
-	  -o build/requirements.lock requirements.txt
-	@! grep -Eq '^(nvidia-|cuda-|triton==)' build/requirements.lock || { echo "make lock: pip-compile \
-	resolved the CUDA build of torch (nvidia-* pins in build/requirements.lock); make the CPU wheel visible with \
-	LOCK_ARGS='--extra-index-url https://download.pytorch.org/whl/cpu'" >&2; exit 1; }
+	  -o build/requirements-py$*.lock requirements.txt
+	@test $* != 3.11 || ! grep -Eq '^(nvidia-|cuda-|triton==)' build/requirements-py$*.lock || { echo "make lock: \
+	pip-compile resolved the CUDA build of torch (nvidia-* pins in build/requirements-py$*.lock); make the CPU wheel \
+	visible with LOCK_ARGS='--extra-index-url https://download.pytorch.org/whl/cpu'" >&2; exit 1; }
 	{ printf '%s\n' \
-	  '# Every package that make venv installs, at one version. Generated: do not edit. Change' \
-	  '# requirements.txt (the direct pins), then run make lock (pip-compile of pip-tools, Python 3.11;' \
-	  '# make lock UPGRADE=1 for the newest versions). make venv and environment.yml install' \
-	  '# -r requirements.txt -c requirements.lock.' \
-	  '# torch: pip-compile resolved the CPU wheel (2.13.0+cpu); make lock drops the +cpu, so the pin' \
-	  '# accepts the CPU build and a CUDA build (PyPI 2.13.0, or 2.13.0+cuXXX from PyTorch) alike. The' \
-	  '# CUDA packages such a build adds (nvidia-*, cuda-*, triton) are not pinned here: torch pins them.'; \
-	  sed -E 's/^(torch==[^+[:space:]]+)\+[^[:space:]]+$$/\1/' build/requirements.lock; } > requirements.lock
+	  '# Every package that make venv installs on Python $*, at one version. Generated: do not edit. Change' \
+	  '# requirements.txt (the direct pins), then run make lock (pip-compile of pip-tools, one lock per' \
+	  '# Python; make lock UPGRADE=1 for the newest versions). make venv and environment.yml install' \
+	  '# -r requirements.txt -c requirements-py$*.lock.' \
+	  $(if $(filter 3.11,$*),$(LOCK_NOTE_CPU),$(LOCK_NOTE_PYPI)); \
+	  sed -E -e 's/^([^#[:space:]]+==[^[:space:]]+) ?;.*$$/\1/' -e 's/^(torch==[^+[:space:]]+)\+[^[:space:]]+$$/\1/' \
+	    build/requirements-py$*.lock; } > requirements-py$*.lock
+LOCK_NOTE_CPU := \
+	  '\# torch: pip-compile resolved the CPU wheel (+cpu); make lock drops the +cpu, so the pin accepts' \
+	  '\# the CPU build and a CUDA build (from PyPI, or +cuXXX from PyTorch) alike. The CUDA packages such a' \
+	  '\# build adds (nvidia-*, cuda-*, triton) are not pinned here: that torch wheel pins them.'
+LOCK_NOTE_PYPI := \
+	  '\# torch: pip-compile resolved the wheel on PyPI, without the pip configuration of the machine, as a' \
+	  '\# learner gets it: on Linux x86_64 a CUDA build, whose CUDA packages (nvidia-*, cuda-*, triton) are' \
+	  '\# pinned here too. A constraints file installs nothing by itself: on macOS, or with the CPU build' \
+	  '\# from the PyTorch index (+cpu, which satisfies the pin: make lock drops local suffixes), those pins' \
+	  '\# are never used. make venv keeps a torch already installed in the supported range, and then leaves' \
+	  '\# them out with the torch pin (tools/stack.py).'
 
 venv: $(STAMP)
 
@@ -135,6 +173,13 @@ nbval: $(STAMP)
 
 test-portable: $(STAMP)
 	$(NB_ENV) $(PORTABLE_ENV) $(BIN)/python -m pytest -q $(NBVAL_PAR) $(NBVAL) $(NOTEBOOKS)
+
+# The newest stack: make unit and make test-portable again in a second venv (made if missing) of
+# Python 3.13 (PY313) with requirements-py3.13.lock's torch, the newest, installed as a learner's pip
+# gets it from PyPI ($(PYPI_ONLY): this machine's indexes and caps left out). Not in make test.
+NEWEST_VENV := .venv-newest
+test-stacks:
+	$(MAKE) unit test-portable VENV=$(NEWEST_VENV) PY=$(PY313) PIP_ENV='$(PYPI_ONLY)'
 
 # Repetitions for rates, kept out of make test (which runs each once): the plain-script restart
 # STRESS_REPEATS times, STRESS_LAUNCHES launches of the walkthrough's DDP scripts counting exit aborts, and

@@ -330,7 +330,7 @@ def setup_checklist(course: Course, times: dict) -> list[str]:
     pins = (ROOT / "requirements.txt").read_text() if (ROOT / "requirements.txt").exists() else ""
     download = re.search(r"installs\s+about\s+([\d.]+\s+[GMK]B)\s+of\s+packages", readme)
     ci = re.search(r"A\s+fresh\s+clone\s+on\s+(\d+)\s+idle\s+cores\s+took\s+[\d,]+\s+s:\s+install\s+(\d+)", readme)
-    torch_pin = re.search(r"^torch==(\S+)", pins, re.MULTILINE)
+    torch_pin = re.search(r"^torch==([^\s;]+)", pins, re.MULTILINE)  # the first: Python 3.11's
     torch_pin = torch_pin[1] if torch_pin else "the pinned version"
     try:
         torch_here = metadata.version("torch")
@@ -342,9 +342,9 @@ def setup_checklist(course: Course, times: dict) -> list[str]:
     machine = times.get("machine", {})
     nbval_s = sum(m.get("seconds") or 0 for m in course.measured.values())
 
-    install = ["**Install, a week before.** Each learner machine needs Linux, Python 3.11, `make` and a clone "
-               "of the repository; `make venv` installs the pinned packages into `.venv` (`make lab` does it "
-               "too, then opens JupyterLab)."]
+    install = ["**Install, a week before.** Each learner machine needs Linux, Python 3.11 (or 3.12, 3.13), "
+               "`make` and a clone of the repository; `make venv` installs the pinned packages into `.venv` "
+               "(`make lab` does it too, then opens JupyterLab)."]
     if download:
         install.append(f"README: the first run installs about {download[1]} of packages.")
     if size:
@@ -362,9 +362,10 @@ def setup_checklist(course: Course, times: dict) -> list[str]:
         "1. " + " ".join(install),
         "2. **Working offline.** Download before the day: the packages. Either run `make venv` on every "
         "machine while it is online, or fetch the wheels once on a machine of the same kind (Linux, Python "
-        "3.11): `pip download -r requirements.txt -c requirements.lock -d wheels` (for the CPU build of "
+        "3.11): `pip download -r requirements.txt -c requirements-py3.11.lock -d wheels` (the lock of the "
+        "learners' Python; for the CPU build of "
         f"torch add `--extra-index-url https://download.pytorch.org/whl/cpu`, README: \"CPU or CUDA torch\"; "
-        f"the pin is torch {torch_pin}), copy `wheels/` beside the clone and install with "
+        f"the pin on 3.11 is torch {torch_pin}), copy `wheels/` beside the clone and install with "
         "`PIP_NO_INDEX=1 PIP_FIND_LINKS=$PWD/wheels make venv`. Nothing else is downloaded on the day: the "
         "capstone's digits ship with scikit-learn, `make lab` turns off JupyterLab's news and update checks, "
         "and these handouts load every script from `assets/` in this folder (copy the folder as it is). "

@@ -1,4 +1,5 @@
-"""The Python and torch releases the series supports, and the one list of the private torch APIs it uses.
+"""The torch release a notebook runs on, and the one list of the private torch APIs the series uses.
+The supported releases are requirements.txt's torch pins (tools/stack.py reads the range from them).
 
 Compared notebook output must read the same on every supported release (notebooks/README.md, "Every
 stack"); a claim that holds on some releases only branches on `torch_release()`. Each private API below
@@ -10,11 +11,6 @@ from __future__ import annotations
 
 import importlib
 import re
-
-PYTHONS = ((3, 11), (3, 12), (3, 13))
-REFERENCE_TORCH = (2, 13, 0)  # the stored outputs are made with it
-NEWEST_TORCH = (2, 15, 0)  # the newest release tested (make test-stacks)
-
 
 def torch_release(version: str | None = None) -> tuple[int, int, int]:
     """(major, minor, patch) of torch.__version__ (or of `version`), without a build suffix or pre-release tag."""

@@ -27,11 +27,16 @@ HELLO = """
 """
 
 
-def test_installed_torch_is_the_pinned_version_whatever_its_build_suffix():
-    pinned = next(line.split("==")[1].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()
-                  if line.startswith("torch=="))
-    assert torch.__version__.split("+")[0] == pinned, (torch.__version__, pinned)
-    assert sys.version_info[:2] == (3, 11)
+def test_installed_torch_and_python_are_a_supported_stack_whatever_the_build_suffix():
+    """torch from the lowest pin of requirements.txt to the highest pin's minor release (tools/stack.py's
+    range, which make venv keeps), Python 3.11 to 3.13."""
+    import runpy
+
+    from ddp_helpers.releases import torch_release
+
+    low, high = runpy.run_path(str(ROOT / "tools" / "stack.py"))["supported"]((ROOT / "requirements.txt").read_text())
+    assert low <= torch_release() and torch_release()[:2] <= high[:2], (torch.__version__, low, high)
+    assert (3, 11) <= sys.version_info[:2] <= (3, 13)
 
 
 def test_torchrun_sets_omp_num_threads_only_when_it_is_unset(tmp_path, monkeypatch):

@@ -322,7 +322,7 @@ REQUIREMENTS = (ROOT / "requirements.txt").read_text()
     ("2.14.1+cu128", "2.14.1+cu128"),  # a CUDA build in the range: kept
     ("2.13.0", "2.13.0"), ("2.15.3+cpu", "2.15.3+cpu"),  # the ends of 2.13.0 to 2.15.x
     ("2.12.0", None), ("2.16.0", None), (None, None),  # below, above, none: the lock's
-    ("2.15.0", None),  # the lock's own pin: the lock as it is
+    ("2.15.0", None), ("2.15.0+cpu", None),  # the lock's own pin, any build: the lock as it is
     ("2.16.0.dev20260101+cpu", None), ("2.14.0rc1", None),  # pre-releases: the lock's
 ])
 def test_make_venv_keeps_an_installed_torch_in_the_supported_range(installed, kept):

@@ -165,7 +165,7 @@ def test_sigterm_to_the_torchrun_agent_leaves_a_complete_snapshot(tmp_path):
 
 
 STORM_SCRIPT = """
-import runpy, signal, sys
+import os, runpy, signal, sys
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 template = runpy.run_path(sys.argv[1], run_name="template")
@@ -175,7 +175,11 @@ loader = DataLoader(TensorDataset(torch.arange(8.0)), batch_size=2, num_workers=
 start = template["start_workers"] if sys.argv[2] == "held" else iter
 print("ready", flush=True)
 for epoch in range(int(sys.argv[3])):
-    assert sum(len(batch[0]) for batch in start(loader)) == 8
+    try:
+        assert sum(len(batch[0]) for batch in start(loader)) == 8
+    except RuntimeError as exc:  # a worker died: say so and leave now (workers that ignore SIGTERM
+        print(exc, file=sys.stderr, flush=True)  # would keep multiprocessing's exit handler waiting)
+        os._exit(3)
 print("epochs", epoch + 1, "stop requested", template["on_sigterm"].__globals__["stop_requested"], flush=True)
 signal.signal(signal.SIGTERM, signal.SIG_IGN)  # Python's exit restores the default action: the storm goes on
 """
@@ -214,7 +218,14 @@ def test_loader_workers_survive_a_sigterm_that_lands_while_they_start(tmp_path):
 def test_without_start_workers_the_storm_kills_a_loader_worker(tmp_path):
     """The control: plain iter(loader), workers start with SIGTERM deliverable and torch's handler dies of it."""
     ran = epochs_under_a_sigterm_storm(tmp_path, "plain")
-    assert ran.returncode != 0 and "DataLoader worker" in ran.stderr, (ran.returncode, ran.stderr[-3000:])
+    assert ran.returncode == 3 and "DataLoader worker" in ran.stderr, (ran.returncode, ran.stderr[-3000:])
+
+
+def test_every_epoch_of_the_template_starts_its_workers_with_start_workers():
+    """main() iterates the training loader through start_workers (not plain iter), every epoch."""
+    main = next(n for n in ast.parse(TEMPLATE.read_text()).body if isinstance(n, ast.FunctionDef) and n.name == "main")
+    loops = [ast.unparse(n.iter) for n in ast.walk(main) if isinstance(n, ast.For)]
+    assert "enumerate(start_workers(loader))" in loops and "enumerate(loader)" not in loops
 
 
 def test_a_changed_config_is_refused(straight, tmp_path):

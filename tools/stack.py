@@ -43,7 +43,7 @@ def kept_torch(installed, lock_text, requirements_text, from_lock=None):
     torch is installed. Not kept: a torch outside the range, a pre-release, the lock's own pin, and
     the torch an earlier make venv took from a lock (from_lock, compared without the local build)."""
     m = FINAL.fullmatch(installed or "")
-    if not m or installed in torch_pins(lock_text) or installed.split("+")[0] == from_lock:
+    if not m or installed.split("+")[0] in torch_pins(lock_text) or installed.split("+")[0] == from_lock:
         return None
     low, high = supported(requirements_text)
     release = tuple(map(int, m.groups()[:3]))

@@ -435,6 +435,9 @@ def _run(plan: LaunchPlan, path: Path, nproc: int, nnodes: int, script_args: lis
     shown = plan.shown
     child_env = {**os.environ, **env}
     child_env[FAILURES_ENV] = failures_dir
+    # torchrun's own log folder (its --log-dir, as PET_LOG_DIR) inside the launch's temporary folder: an agent
+    # killed after its caller died cannot remove a folder of its own; this one goes with the launch's
+    child_env.setdefault("PET_LOG_DIR", os.path.join(failures_dir, "torchelastic"))
     child_env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = _PREFIX_TEMPLATE
     child_env.setdefault("PYTHONUNBUFFERED", "1")
     child_env.setdefault("PYTHON_COLORS", "0")  # parsed text: ipykernel sets FORCE_COLOR, 3.13 would colour tracebacks
@@ -461,7 +464,7 @@ def _run(plan: LaunchPlan, path: Path, nproc: int, nnodes: int, script_args: lis
             procs.append(p)
             for tag, stream in (("out", p.stdout), ("err", p.stderr)):
                 threading.Thread(target=_pump, args=(stream, tag, q), daemon=True).start()
-        watchdog = start_watchdog(procs)
+        watchdog = start_watchdog(procs, remove=failures_dir)  # removes it too if this process dies
         open_streams = 2 * len(procs)
         while open_streams:
             remaining = timeout - (time.monotonic() - start)

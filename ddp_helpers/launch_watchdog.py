@@ -5,14 +5,15 @@ The launcher (:mod:`ddp_helpers.launch`) starts one watchdog per launch (:func:`
 after the torchrun agents, in a session of its own (a kernel restart that kills the kernel's process group
 spares it):
 
-    python -P launch_watchdog.py CALLER_PID GRACE_S AGENT_PID [AGENT_PID ...]
+    python -P launch_watchdog.py [--remove DIR] CALLER_PID GRACE_S AGENT_PID [AGENT_PID ...]
 
 It checks ten times a second whether its parent is still ``CALLER_PID`` (``os.getppid()``: the same on
 Linux and macOS, no ``prctl``). While the caller lives it only keeps a list of every process in the
 agents' trees, so that workers and their DataLoader workers stay known even after an agent has died
 and they were re-parented. When the caller dies (or this watchdog gets SIGTERM, SIGINT or SIGHUP) it
 sends SIGTERM to all of them, gives them ``GRACE_S`` seconds to stop, then freezes (SIGSTOP, so
-nothing forks any more) and SIGKILLs whatever is left. It never waits on torch's own shutdown: a
+nothing forks any more) and SIGKILLs whatever is left; then it removes ``DIR`` (the launch's temporary
+folder, which the dead caller can no longer remove). It never waits on torch's own shutdown: a
 torchrun agent that got SIGTERM can stop its workers and then hang at interpreter exit, waiting for
 its log-tail threads (``torch/distributed/elastic/multiprocessing/tail_log.py``, ``TailLog``), which
 nobody stops; that agent is killed here after the grace period. It exits by itself once every agent
@@ -25,6 +26,7 @@ It runs by path with ``python -P`` and imports only the standard library and psu
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -100,8 +102,9 @@ def end_all(known: dict[int, psutil.Process], grace_s: float) -> None:
         time.sleep(POLL_S)
 
 
-def watch(caller_pid: int, grace_s: float, agent_pids: list[int]) -> int:
-    """Watch the caller; returns the exit status (0: the launch ended, 1: it was ended here)."""
+def watch(caller_pid: int, grace_s: float, agent_pids: list[int], remove: str | None = None) -> int:
+    """Watch the caller; returns the exit status (0: the launch ended, 1: it was ended here, and the
+    folder ``remove`` with it)."""
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _request_stop)
     agents = []
@@ -116,6 +119,8 @@ def watch(caller_pid: int, grace_s: float, agent_pids: list[int]) -> int:
     while True:
         if _stop_requested or os.getppid() != caller_pid:
             end_all(known, grace_s)
+            if remove:
+                shutil.rmtree(remove, ignore_errors=True)
             return 1
         if not _alive(agents):
             return 0
@@ -126,11 +131,12 @@ def watch(caller_pid: int, grace_s: float, agent_pids: list[int]) -> int:
         time.sleep(POLL_S)
 
 
-def start_watchdog(agents: Sequence[subprocess.Popen]) -> subprocess.Popen:
+def start_watchdog(agents: Sequence[subprocess.Popen], remove: str | None = None) -> subprocess.Popen:
     """One watchdog for a launch's agents, started by this process (the caller it watches), by path with
-    ``python -P``, in a session of its own so that whatever kills the caller's process group spares it."""
-    return subprocess.Popen([sys.executable, "-P", __file__, str(os.getpid()), str(WATCHDOG_GRACE_S),
-                             *(str(p.pid) for p in agents)],
+    ``python -P``, in a session of its own so that whatever kills the caller's process group spares it.
+    ``remove``: a folder of the launch's to delete if the caller dies."""
+    return subprocess.Popen([sys.executable, "-P", __file__, *(["--remove", remove] if remove else []),
+                             str(os.getpid()), str(WATCHDOG_GRACE_S), *(str(p.pid) for p in agents)],
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
 
@@ -172,10 +178,13 @@ def terminate(procs: Sequence[subprocess.Popen], grace: float = KILL_GRACE_S) ->
 
 
 def main(argv: list[str]) -> int:
+    remove = None
+    if argv[:1] == ["--remove"] and len(argv) > 1:
+        remove, argv = argv[1], argv[2:]
     if len(argv) < 3:
-        sys.stderr.write("usage: launch_watchdog.py CALLER_PID GRACE_S AGENT_PID [AGENT_PID ...]\n")
+        sys.stderr.write("usage: launch_watchdog.py [--remove DIR] CALLER_PID GRACE_S AGENT_PID [AGENT_PID ...]\n")
         return 2
-    return watch(int(argv[0]), float(argv[1]), [int(a) for a in argv[2:]])
+    return watch(int(argv[0]), float(argv[1]), [int(a) for a in argv[2:]], remove)
 
 
 if __name__ == "__main__":

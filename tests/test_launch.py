@@ -509,10 +509,10 @@ STUBBORN_AGENT = """
 """
 
 
-def started_then_killed(tmp_path, cell, marker, wait_s, markers=1):
+def started_then_killed(tmp_path, cell, marker, wait_s, markers=1, env=None):
     """Run ``cell`` in a fresh interpreter (the kernel), SIGKILL it once ``markers`` of its processes have
     started, and return what of them is still alive after ``wait_s`` seconds (bounded waits only)."""
-    driver = subprocess.Popen([sys.executable, "-c", cell], env={**os.environ, "DDP_HELPERS_LIVE": "quiet"},
+    driver = subprocess.Popen([sys.executable, "-c", cell], env={**os.environ, "DDP_HELPERS_LIVE": "quiet", **(env or {})},
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while len(list(tmp_path.glob(f"{marker}/started*"))) < markers:
@@ -546,11 +546,18 @@ AS_MACOS = ("sys.platform = 'darwin'\n"
 @pytest.mark.parametrize("setup", ["", AS_MACOS], ids=["linux", "as-macos"])
 def test_killing_the_kernel_leaves_no_worker(tmp_path, setup):
     """A notebook kernel that dies (SIGKILL: nothing of it runs any more) takes its launch with it within
-    10 s: the launch's watchdog ends every process of it. Also with the Linux-only paths off (macOS)."""
+    10 s: the launch's watchdog ends every process of it, and removes the launch's temporary folder (the
+    kernel's TemporaryDirectory never gets to). Also with the Linux-only paths off (macOS)."""
     script = write(tmp_path, "hang_kill", HANG)
     (tmp_path / "helper").mkdir()
+    own_tmp = tmp_path / "tmp"  # where the launch's failures folder goes, seen by no other test
+    own_tmp.mkdir()
     cell = KERNEL_CELL.format(setup=setup, script=str(script), out=str(tmp_path / "helper"))
-    assert started_then_killed(tmp_path, cell, "helper", wait_s=10) == []
+    assert started_then_killed(tmp_path, cell, "helper", wait_s=10, env={"TMPDIR": str(own_tmp)}) == []
+    deadline = time.monotonic() + 5
+    while list(own_tmp.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [p.name for p in own_tmp.iterdir()] == []
 
 
 def test_an_agent_that_ignores_sigterm_is_killed_with_its_child(tmp_path):

@@ -59,28 +59,34 @@ def test_end_all_is_quick_for_a_tree_that_obeys_sigterm():
     assert sleeper.wait(timeout=10) == -signal.SIGTERM and time.monotonic() - start < 10
 
 
-def run_watchdog(caller_pid, agents, grace="1"):
+def run_watchdog(caller_pid, agents, grace="1", remove=None):
     """The watchdog as the launcher starts it, returned once it says it is ready (its signal handlers set)."""
-    watchdog = subprocess.Popen([sys.executable, "-P", _WATCHDOG, str(caller_pid), grace, *map(str, agents)],
+    watchdog = subprocess.Popen([sys.executable, "-P", _WATCHDOG, *(["--remove", str(remove)] if remove else []),
+                                 str(caller_pid), grace, *map(str, agents)],
                                 stdout=subprocess.PIPE, text=True)
     assert watchdog.stdout.readline().startswith("watching "), "the watchdog never got ready"
     return watchdog
 
 
-def test_a_live_caller_s_launch_is_left_alone_and_the_watchdog_exits_with_it():
+def test_a_live_caller_s_launch_is_left_alone_and_the_watchdog_exits_with_it(tmp_path):
     agent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(2)"])
-    watchdog = run_watchdog(os.getpid(), [agent.pid])
+    watchdog = run_watchdog(os.getpid(), [agent.pid], remove=tmp_path)
     assert agent.wait(timeout=20) == 0  # not ended by the watchdog: its caller (this test) lives
     assert watchdog.wait(timeout=10) == 0  # the launch is over: it leaves
+    assert tmp_path.is_dir()  # the live caller's folder: the caller removes it
 
 
-def test_a_dead_caller_s_launch_is_ended():
+def test_a_dead_caller_s_launch_is_ended_and_its_folder_removed(tmp_path):
     root, members = stubborn_tree(depth=1)
+    folder = tmp_path / "ddp_failures_x"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "attempt0_rank1.json").write_text("{}")
     # the "caller" is not this watchdog's parent: as if the caller had died before it looked
-    watchdog = run_watchdog(os.getpid() + 10**6, [root.pid])
+    watchdog = run_watchdog(os.getpid() + 10**6, [root.pid], remove=folder)
     assert watchdog.wait(timeout=20) == 1
     root.wait(timeout=10)
     assert wait_gone(members, 5) == []
+    assert not folder.exists()
 
 
 def test_sigterm_to_the_watchdog_ends_the_launch():
@@ -94,7 +100,7 @@ def test_sigterm_to_the_watchdog_ends_the_launch():
 
 def test_wrong_arguments_say_how_to_call_it():
     ran = subprocess.run([sys.executable, "-P", _WATCHDOG, "1"], capture_output=True, text=True, timeout=30)
-    assert ran.returncode == 2 and "usage: launch_watchdog.py CALLER_PID GRACE_S AGENT_PID" in ran.stderr
+    assert ran.returncode == 2 and "usage: launch_watchdog.py [--remove DIR] CALLER_PID GRACE_S AGENT_PID" in ran.stderr
 
 
 @pytest.mark.parametrize("name", ["torch", "ddp_helpers"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import re
 
+
 def torch_release(version: str | None = None) -> tuple[int, int, int]:
     """(major, minor, patch) of torch.__version__ (or of `version`), without a build suffix or pre-release tag."""
     if version is None:

@@ -75,9 +75,9 @@ def machine_facts():
 
 
 def _ignored(cell):
-    first = source(cell).lstrip().splitlines()[:1]
-    markers = ("# NBVAL_IGNORE_OUTPUT", "# NBVAL_SKIP")
-    return bool(first and first[0].startswith(markers)) or bool(
+    """As nbval decides (plugin.py, find_comment_markers): a comment line that is exactly the marker."""
+    comments = {line.strip().lstrip("#").strip() for line in source(cell).splitlines() if line.strip().startswith("#")}
+    return bool({"NBVAL_IGNORE_OUTPUT", "NBVAL_SKIP"} & comments) or bool(
         {"nbval-ignore-output", "nbval-skip"} & set(tags(cell)))
 
 
@@ -154,6 +154,13 @@ def test_machine_shape_guard_catches_a_planted_machine_string(text):
     facts = {**machine_facts(), "hostname": socket.gethostname(), "GPU count": "4"}
     assert machine_shape(_planted(text), facts), text
     assert not machine_shape(_planted(text, ignore=True), facts)  # shown, not compared: allowed
+
+
+def test_an_ignore_marker_with_more_text_on_its_line_is_not_one():
+    """nbval ignores a cell's output only for a comment that is exactly the marker."""
+    cell = {"cell_type": "code", "metadata": {}, "source": ["# NBVAL_IGNORE_OUTPUT (torch's source)\n", "print(1)"]}
+    assert not _ignored(cell)
+    assert _ignored({**cell, "source": ["# NBVAL_IGNORE_OUTPUT\n", "# torch's source\n", "print(1)"]})
 
 
 def test_machine_shape_guard_passes_portable_text():

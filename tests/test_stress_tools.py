@@ -48,7 +48,7 @@ def test_kill_stress_counts_a_launch_that_outlives_its_caller(monkeypatch, capsy
     # the launcher's clean-up turned off (no watchdog, no parent-death signal): the killed caller's agent
     # and worker stay, and the tool says so (then kills them)
     monkeypatch.setattr(kill_stress, "CALLER_SETUP", "from ddp_helpers import launch\n"
-                        "launch.start_watchdog = lambda agents: None\n"
+                        "launch.start_watchdog = lambda agents, remove=None: None\n"
                         "launch._with_parent_death_signal = lambda argv: list(argv)")
     monkeypatch.setattr(kill_stress, "DEADLINE_S", 3.0)
     assert kill_stress.main(["--kills", "1"]) == 1

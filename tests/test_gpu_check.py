@@ -44,6 +44,20 @@ def test_json_values_compare_like_lines_and_measurements_are_skipped():
     assert "keys" in gpu_check.compare_json({"a": 1}, {"b": 1}, "f.json")
 
 
+def test_the_file_clock_orders_files_written_before_and_after(tmp_path, monkeypatch):
+    # time.time_ns() runs ahead of the coarse clock that stamps mtimes: a file written just after it
+    # can look older (CI saw a fresh result file dropped as stale). file_clock_now is on the mtime clock.
+    monkeypatch.setattr(gpu_check, "NOTEBOOKS", tmp_path)
+    for i in range(200):
+        before = tmp_path / f"before{i}.json"
+        before.write_text("{}")
+        since = gpu_check.file_clock_now()
+        after = tmp_path / f"after{i}.json"
+        after.write_text("{}")
+        assert before.stat().st_mtime_ns < since <= after.stat().st_mtime_ns
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == []  # no stamp left
+
+
 def test_every_worker_script_has_a_recorded_launch():
     launched = {Path(la["script"]).name for la in json.loads(gpu_check.LAUNCHES.read_text())}
     written = set()

@@ -29,6 +29,7 @@ import argparse
 import contextlib
 import json
 import math
+import os
 import re
 import shutil
 import sys
@@ -181,6 +182,21 @@ def mirror(paths: list[str], source: Path, target: Path) -> None:
             (shutil.copytree if src.is_dir() else shutil.copy2)(src, dst)
 
 
+def file_clock_now() -> int:
+    """A moment on the clock that stamps files' mtimes, past every file written before the call.
+    The kernel stamps files with a coarse clock (one timer tick, up to ~10 ms, behind
+    time.time_ns()), so a file written right after time.time_ns() can look older than that moment,
+    and two files written in one tick look the same age. So: wait for the stamp clock to tick."""
+    def stamp() -> int:
+        with tempfile.NamedTemporaryFile(dir=NOTEBOOKS, prefix=".gpu-check-clock-") as f:
+            return os.fstat(f.fileno()).st_mtime_ns
+
+    first = stamp()
+    while (now := stamp()) == first:
+        time.sleep(0.001)
+    return now
+
+
 def result_files(paths: list[str], since_ns: int) -> dict[str, object]:
     """{file: its JSON} for the .json files under the output paths written since since_ns."""
     found: dict[str, object] = {}
@@ -226,7 +242,7 @@ def side(launch: dict, env: dict[str, str], store: Path) -> tuple[str, dict, dic
         (NOTEBOOKS / p).parent.mkdir(parents=True, exist_ok=True)
         if not Path(p).suffix:
             (NOTEBOOKS / p).mkdir(exist_ok=True)
-    since = time.time_ns()
+    since = file_clock_now()
     outcome, stdout = run(launch, launch["nproc"], env)
     files = result_files(paths, since)
     mirror(paths, NOTEBOOKS, store)

@@ -34,7 +34,8 @@ help:
 	@echo "make test     - unit tests, lint and strict nbval over every notebook"
 	@echo "make test-portable - strict nbval again under another CPU kernel choice (see PORTABLE_ENV)"
 	@echo "make test-stacks - unit tests and make test-portable in .venv-newest: Python 3.13 (PY313), the newest torch from PyPI"
-	@echo "make gpu-check - every recorded launch at its recorded size on GPUs (nccl) vs the CPU (gloo); exits 0 without GPUs"
+	@echo "make gpu-check - every recorded launch on GPUs (nccl; ranks sharing a GPU over gloo) vs the CPU (gloo); exits 0 without GPUs, 2 on a broken CUDA"
+	@echo "                 PLAN=1 GPUS=1: run nothing, print how each launch would run on 1 GPU"
 	@echo "make test-slurm - cluster/slurm_ddp.sbatch on a real two-node Slurm on this machine (root; installs slurm-wlm, munge; else skipped)"
 	@echo "make test-browser - run notebooks 00 and 02 (and 02's student edition) in JupyterLab in headless Chromium (needs chromium)"
 	@echo "make execute  - re-execute every notebook in place (refresh stored outputs); NB=notebooks/03_x.ipynb for one"
@@ -199,9 +200,11 @@ stress-tests: $(STAMP)
 	$(CPU_ENV) $(BIN)/python tools/stress_tests.py --rounds $(ROUNDS) $(if $(BUSY),--busy) $(TESTS)
 
 # ONLY=regex limits it to some scripts, e.g. make gpu-check ONLY=04_ (keep a launch's predecessors:
-# ONLY=11_dcp runs the save before the load); REFERENCE=1 runs the CPU side twice (checks the tool without GPUs).
+# ONLY=11_dcp runs the save before the load); REFERENCE=1 runs the CPU side twice (checks the tool without GPUs);
+# PLAN=1 runs nothing and prints how each launch would run, for GPUS=N GPUs (default: those visible).
 gpu-check: $(STAMP)
-	$(BIN)/python tools/gpu_check.py $(if $(ONLY),--only '$(ONLY)') $(if $(REFERENCE),--reference-only)
+	$(BIN)/python tools/gpu_check.py $(if $(ONLY),--only '$(ONLY)') $(if $(REFERENCE),--reference-only) \
+	  $(if $(PLAN),--plan) $(if $(GPUS),--gpus $(GPUS))
 
 lint: $(STAMP)
 	$(BIN)/ruff check ddp_helpers tests tools notebooks templates

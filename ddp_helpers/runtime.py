@@ -9,6 +9,10 @@
 Backend and device are chosen here and nowhere else: ``nccl`` and
 ``cuda:LOCAL_RANK`` when this node has at least LOCAL_WORLD_SIZE GPUs, ``gloo``
 and the CPU otherwise. ``DDP_BACKEND=gloo`` forces the CPU path on a GPU box.
+``DDP_SHARE_GPUS=1`` puts more processes than GPUs on the GPUs (two ranks on one
+laptop GPU): ``gloo``, rank r on ``cuda:(LOCAL_RANK mod GPUs)``. NCCL refuses two
+ranks of one group on one device (NCCL's init: "Duplicate GPU detected"); gloo
+is slower there, and not every collective has a CUDA version in every release.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ class DistContext:
     def device_ids(self) -> list[int] | None:
         """What DDP's ``device_ids`` takes for a module on ``self.device``: the one GPU, or
         None for a CPU module (DDP rejects ``device_ids`` for one that is not on a single GPU)."""
-        return [self.local_rank] if self.device.type == "cuda" else None
+        return [self.device.index] if self.device.type == "cuda" else None
 
 
 def _env_int(name: str) -> int:
@@ -62,14 +66,28 @@ def _env_int(name: str) -> int:
     return int(value)
 
 
+SHARE_GPUS_ENV = "DDP_SHARE_GPUS"
+
+
 def choose_backend(local_world_size: int) -> tuple[str, str]:
-    """(backend, device type): nccl/cuda if every local rank can own a GPU, else gloo/cpu."""
+    """(backend, device type): nccl/cuda if every local rank can own a GPU, else gloo/cpu;
+    gloo/cuda when DDP_SHARE_GPUS=1 asks the ranks to share the visible GPUs."""
     forced = os.environ.get("DDP_BACKEND")
-    if forced == "gloo":
-        return "gloo", "cpu"
-    if forced not in (None, "", "nccl"):
+    if forced not in (None, "", "gloo", "nccl"):
         raise ValueError(f"DDP_BACKEND must be 'gloo' or 'nccl', got {forced!r}")
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    share = os.environ.get(SHARE_GPUS_ENV, "")
+    if share not in ("", "0", "1"):
+        raise ValueError(f"{SHARE_GPUS_ENV} must be 1 (ranks share the GPUs over gloo) or 0, got {share!r}")
+    if share == "1":
+        if forced == "nccl":
+            raise ValueError(f"{SHARE_GPUS_ENV}=1 needs gloo: NCCL refuses two ranks on one GPU. "
+                             "Unset DDP_BACKEND (or set it to gloo).")
+        if gpus == 0:
+            raise RuntimeError(f"{SHARE_GPUS_ENV}=1 needs a visible GPU, found none: unset it to run on the CPU")
+        return "gloo", "cuda"
+    if forced == "gloo":
+        return "gloo", "cpu"
     if gpus >= local_world_size:
         return "nccl", "cuda"
     if forced == "nccl":
@@ -103,12 +121,12 @@ def setup(timeout_s: float | None = None) -> DistContext:
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
     timeout = resolve_timeout(timeout_s)
     backend, device_type = choose_backend(local_world)
-    if device_type == "cuda":
-        device = torch.device("cuda", local_rank)
+    if device_type == "cuda":  # its own GPU (nccl), or a shared one (gloo, DDP_SHARE_GPUS=1)
+        device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)  # before init: NCCL binds this rank to its GPU
     else:
         device = torch.device("cpu")
-    init_kwargs = {"device_id": device} if device_type == "cuda" else {}
+    init_kwargs = {"device_id": device} if backend == "nccl" else {}
     dist.init_process_group(backend, rank=rank, world_size=world, timeout=timeout, **init_kwargs)
     return DistContext(rank, local_rank, world, local_world, backend, device)
 

@@ -76,7 +76,6 @@ def check(tmp_path, monkeypatch, capsys):
     launches (LAUNCH plus each dict) with `gpus` GPUs and run() faked. behave(launch, side) gives
     (outcome, {rank: lines}, {file under notebooks/: JSON to write}) for side "cpu" or "gpu"; calls
     lists (script, nproc, side, env) per run."""
-    import torch
 
     monkeypatch.setattr(gpu_check, "NOTEBOOKS", tmp_path / "notebooks")
     monkeypatch.setattr(gpu_check, "LAUNCHES", tmp_path / "launches.json")
@@ -85,8 +84,7 @@ def check(tmp_path, monkeypatch, capsys):
     (tmp_path / "notebooks").mkdir()
 
     def check_(launches, gpus, behave):
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
-        monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+        monkeypatch.setattr(gpu_check, "usable_gpus", lambda: (gpus, ""))
         gpu_check.LAUNCHES.write_text(json.dumps([{**LAUNCH, **la} for la in launches]))
         calls = []
 
@@ -242,3 +240,102 @@ def test_no_gpu_means_nothing_runs_and_exit_zero(capsys, monkeypatch):
     monkeypatch.setattr(gpu_check, "run", lambda *a: pytest.fail("a launch ran without a GPU"))
     assert gpu_check.main([]) == 0
     assert capsys.readouterr().out.startswith("gpu-check: no CUDA GPU is visible here, so nothing was run (exit 0)")
+
+
+def test_cuda_present_but_unusable_exits_two(capsys, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(gpu_check, "nvidia_driver", lambda: True)
+    monkeypatch.setattr(gpu_check, "run", lambda *a: pytest.fail("a launch ran on an unusable CUDA"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert gpu_check.main([]) == 2
+    assert "CUDA is here but unusable" in capsys.readouterr().out
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # hidden on purpose: no GPU, not a broken one
+    assert gpu_check.main([]) == 0
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setattr(gpu_check, "nvidia_driver", lambda: False)  # a CUDA build on a machine without a GPU
+    assert gpu_check.main([]) == 0
+
+
+def test_a_gpu_that_cannot_run_a_kernel_exits_two(capsys, monkeypatch):
+    import torch
+
+    def no_kernel(*args, **kwargs):
+        raise RuntimeError("CUDA error: no kernel image is available for execution on the device\nmore")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch, "ones", no_kernel)
+    monkeypatch.setattr(gpu_check, "run", lambda *a: pytest.fail("a launch ran on an unusable GPU"))
+    assert gpu_check.main([]) == 2
+    assert "cuda:0 cannot run a kernel: RuntimeError: CUDA error: no kernel image" in capsys.readouterr().out
+
+
+def write(folder: Path, name: str, text: str) -> dict:
+    (folder / "scripts").mkdir(parents=True, exist_ok=True)
+    (folder / "scripts" / name).write_text(text)
+    return {**LAUNCH, "script": f"scripts/{name}"}
+
+
+ON_RUNTIME = "from ddp_helpers.runtime import distributed\n"
+OWN_GPU = "device = torch.device('cuda', local_rank) if torch.cuda.device_count() >= n else 'cpu'\n"
+OWN_CPU = "dist.init_process_group('gloo')\n"
+
+
+@pytest.mark.parametrize("gpus, text, nproc, expected", [
+    (1, ON_RUNTIME, 2, ("gloo vs gloo, 2 ranks on 1 shared GPU(s)", {"DDP_SHARE_GPUS": "1"}, True, None)),
+    (2, ON_RUNTIME, 2, ("gloo vs nccl", {"DDP_BACKEND": "nccl"}, True, None)),
+    (1, ON_RUNTIME, 1, ("gloo vs nccl", {"DDP_BACKEND": "nccl"}, True, None)),
+    (1, OWN_GPU, 2, ("gloo vs its own GPU, both at world size 1", {"DDP_BACKEND": "nccl"}, True, 1)),
+    (2, OWN_GPU, 2, ("gloo vs its own GPU per rank", {"DDP_BACKEND": "nccl"}, True, None)),
+    (1, OWN_CPU, 2, ("gloo vs its own (CPU only)", {"DDP_BACKEND": "nccl"}, False, None)),
+    (0, ON_RUNTIME, 2, ("skipped: needs 2 GPUs, 0 visible", None, False, None)),
+])
+def test_the_plan_puts_every_script_it_can_on_the_gpus(tmp_path, monkeypatch, gpus, text, nproc, expected):
+    monkeypatch.setattr(gpu_check, "NOTEBOOKS", tmp_path)
+    how = gpu_check.plan({**write(tmp_path, "s.py", text), "nproc": nproc}, gpus)
+    assert (how.how, how.gpu, how.gpu_path, how.nproc) == expected
+    assert how.cpu in (None, {"CUDA_VISIBLE_DEVICES": "", "DDP_BACKEND": "gloo"})
+
+
+def test_on_one_gpu_ranks_share_it_or_run_alone(check):
+    folder = gpu_check.NOTEBOOKS
+    launches = [write(folder, "shared.py", ON_RUNTIME), write(folder, "alone.py", OWN_GPU),
+                write(folder, "pair_only.py", OWN_GPU)]
+
+    def behave(launch, side):
+        return ("failed: ValueError" if launch["script"] == "scripts/pair_only.py" else "ok"), {0: ["loss 0.5"]}, {}
+
+    code, out, calls = check(launches, gpus=1, behave=behave)
+    assert [(c[0], c[1], c[2]) for c in calls] == [("scripts/shared.py", 2, "cpu"), ("scripts/shared.py", 2, "gpu"),
+                                                   ("scripts/alone.py", 1, "cpu"), ("scripts/alone.py", 1, "gpu"),
+                                                   ("scripts/pair_only.py", 1, "cpu")]  # its GPU side never ran
+    assert calls[1][3] == {"DDP_SHARE_GPUS": "1"}  # gloo: NCCL cannot put two ranks on one GPU
+    assert "does not run as recorded at world size 1 (CPU: failed: ValueError)" in row(out, "pair_only.py")
+    assert "2 of 2 launches that ran agree" in out and "1 skipped" in out and code == 0
+
+
+def test_every_recorded_launch_has_its_script_in_a_fresh_clone():
+    for target in gpu_check.COPIED:  # as in a fresh clone, where notebook 08 never ran
+        (gpu_check.NOTEBOOKS / target).unlink(missing_ok=True)
+    gpu_check.write_scripts()  # what make gpu-check does first
+    missing = [la["script"] for la in json.loads(gpu_check.LAUNCHES.read_text())
+               if not (gpu_check.NOTEBOOKS / la["script"]).is_file()]
+    assert missing == []
+    assert all((gpu_check.NOTEBOOKS / t).read_text() == s.read_text() for t, s in gpu_check.COPIED.items())
+
+
+@pytest.mark.parametrize("gpus", [1, 2, 4])
+def test_the_plan_runs_most_recorded_launches_on_the_gpus(capsys, gpus):
+    assert gpu_check.main(["--plan", "--gpus", str(gpus)]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    m = re.fullmatch(rf"GPU path: (\d+) of (\d+) launches on {gpus} GPU\(s\)", last)
+    assert m and int(m[1]) >= 0.8 * int(m[2]), last
+
+
+def test_gpus_without_plan_is_refused(capsys):
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--gpus", "1"])
+    assert "goes with --plan" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from ddp_helpers import runtime
 @pytest.fixture(autouse=True)
 def no_forced_backend(monkeypatch):
     monkeypatch.delenv("DDP_BACKEND", raising=False)
+    monkeypatch.delenv(runtime.SHARE_GPUS_ENV, raising=False)
 
 
 def test_cpu_only_machine_gets_gloo(monkeypatch):
@@ -33,6 +34,55 @@ def test_forced_backends(monkeypatch):
     monkeypatch.setenv("DDP_BACKEND", "mpi")
     with pytest.raises(ValueError, match="'gloo' or 'nccl'"):
         runtime.choose_backend(2)
+
+
+def gpus(monkeypatch, count):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: count > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+
+
+def test_ranks_share_the_gpus_over_gloo_only_when_asked(monkeypatch):
+    gpus(monkeypatch, 1)
+    assert runtime.choose_backend(2) == ("gloo", "cpu")  # the default: two processes, one GPU -> CPU
+    monkeypatch.setenv(runtime.SHARE_GPUS_ENV, "1")
+    assert runtime.choose_backend(2) == ("gloo", "cuda")
+    assert runtime.choose_backend(1) == ("gloo", "cuda")  # asked to share: gloo even when nccl could run
+    monkeypatch.setenv("DDP_BACKEND", "gloo")
+    assert runtime.choose_backend(2) == ("gloo", "cuda")
+    monkeypatch.setenv(runtime.SHARE_GPUS_ENV, "0")
+    assert runtime.choose_backend(2) == ("gloo", "cpu")
+
+
+@pytest.mark.parametrize("share, backend, count, error, words", [
+    ("1", "nccl", 1, ValueError, "NCCL refuses two ranks on one GPU"),
+    ("1", None, 0, RuntimeError, "needs a visible GPU"),
+    ("yes", None, 1, ValueError, "must be 1"),
+])
+def test_sharing_refuses_what_cannot_run(monkeypatch, share, backend, count, error, words):
+    gpus(monkeypatch, count)
+    monkeypatch.setenv(runtime.SHARE_GPUS_ENV, share)
+    if backend:
+        monkeypatch.setenv("DDP_BACKEND", backend)
+    with pytest.raises(error, match=words):
+        runtime.choose_backend(2)
+
+
+@pytest.mark.parametrize("share, local_rank, count, expected", [
+    ("1", "1", 1, ("gloo", "cuda:0", [0], False)),  # both ranks on the one GPU
+    ("1", "3", 2, ("gloo", "cuda:1", [1], False)),  # round robin over two
+    ("", "1", 2, ("nccl", "cuda:1", [1], True)),    # a GPU each: nccl, bound at init
+])
+def test_setup_places_each_rank_on_its_gpu(monkeypatch, share, local_rank, count, expected):
+    for name, value in (("RANK", local_rank), ("WORLD_SIZE", "4"), ("LOCAL_RANK", local_rank),
+                        ("LOCAL_WORLD_SIZE", "2"), (runtime.SHARE_GPUS_ENV, share)):
+        monkeypatch.setenv(name, value)
+    gpus(monkeypatch, count)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda device: None)
+    calls = []
+    monkeypatch.setattr(runtime.dist, "init_process_group", lambda backend, **kw: calls.append((backend, kw)))
+    ctx = runtime.setup()
+    assert (ctx.backend, str(ctx.device), ctx.device_ids, "device_id" in calls[0][1]) == expected
+    assert calls[0][0] == ctx.backend
 
 
 def test_setup_outside_torchrun_says_how_to_launch(monkeypatch):
@@ -89,7 +139,7 @@ def test_no_gloo_workers_means_nothing_to_wait_for():
     assert runtime.wait_for_gloo_workers(timeout_s=1.0) is True
 
 
-@pytest.mark.parametrize("device, expected", [("cpu", None), ("cuda:1", [1])])
+@pytest.mark.parametrize("device, expected", [("cpu", None), ("cuda:1", [1]), ("cuda:0", [0])])
 def test_device_ids_follow_the_device(device, expected):
     ctx = runtime.DistContext(rank=3, local_rank=1, world_size=4, local_world_size=2,
                               backend="gloo", device=torch.device(device))

@@ -4,9 +4,13 @@
 args, env, torchrun flags, timeout, outcome). On a machine with GPUs this tool writes every worker
 script from its notebook's %%writefile cell and runs each launch at its recorded world size twice:
 the CPU reference (ddp_helpers.series.CPU_ENV: GPUs hidden, gloo forced, as `make test`), then the
-GPU run (DDP_BACKEND=nccl: rank r on cuda:LOCAL_RANK). A launch recorded with DDP_BACKEND=gloo
-needs gloo (monitored_barrier, say): both sides run it as recorded, "gloo by design". A launch
-needing more GPUs than are visible, or simulating nodes, is skipped and listed (not a failure).
+GPU run (DDP_BACKEND=nccl: rank r on cuda:LOCAL_RANK). With fewer GPUs than ranks (one laptop GPU),
+a script on ddp_helpers.runtime runs with its ranks sharing the GPUs over gloo (DDP_SHARE_GPUS=1:
+NCCL refuses two ranks on one device), and a script that picks a GPU per rank itself runs at world
+size 1 on both sides (skipped if that does not end as recorded). A launch recorded with
+DDP_BACKEND=gloo needs gloo (monitored_barrier, say): both sides run it as recorded, "gloo by
+design". Simulated nodes are skipped and listed (not a failure). `--plan` runs nothing and prints
+each launch's plan for `--gpus N` and the line `GPU path: N of M launches on G GPU(s)`.
 
 A launch that ran passes when both sides end alike (both succeed, or both fail with the same
 exception; both failing passes only for a launch recorded "failed", a failure demo, which must
@@ -20,7 +24,8 @@ still fail), and when on both sides
   values under keys that measure the machine (timings, load, pids, ports: MEASURED_KEY) are skipped.
 Each side keeps its own copy of the output paths (a resumed run resumes from its own side's
 checkpoint), starting empty as the notebooks do; the notebooks' files are put back at the end.
-Exit 1 if a launch that ran did not pass. Without a GPU it says so and exits 0.
+Exit 1 if a launch that ran did not pass. Without a GPU it says so and exits 0; with CUDA present
+but unusable (torch built for CUDA, a driver, no usable GPU; or a GPU that cannot run a kernel), 2.
 """
 
 from __future__ import annotations
@@ -36,8 +41,10 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
+from ddp_helpers.runtime import SHARE_GPUS_ENV
 from ddp_helpers.series import CPU_ENV, write_worker_scripts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -147,9 +154,17 @@ def compare_files(cpu: dict[str, object], gpu: dict[str, object]) -> str | None:
     return next((d for d in (compare_json(cpu[f], gpu[f], f) for f in sorted(cpu)) if d), None)
 
 
+# Programs a notebook copies into place rather than writes (08's copy of the template), so that
+# a fresh clone has every recorded launch's script without running the notebook first.
+COPIED = {"runs/08_capstone/train_ddp.py": ROOT / "templates" / "train_ddp.py"}
+
+
 def write_scripts() -> int:
-    """Every notebook's worker scripts, written where the notebooks write them."""
-    return write_worker_scripts(NOTEBOOKS)
+    """Every notebook's worker scripts, written where the notebooks write them, and COPIED."""
+    for target, source in COPIED.items():
+        (NOTEBOOKS / target).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, NOTEBOOKS / target)
+    return write_worker_scripts(NOTEBOOKS) + len(COPIED)
 
 
 def script_text(launch: dict) -> str:
@@ -233,8 +248,8 @@ def run(launch: dict, nproc: int, env: dict[str, str]) -> tuple[str, dict[int, l
     return "ok", dict(result.stdout)
 
 
-def side(launch: dict, env: dict[str, str], store: Path) -> tuple[str, dict, dict]:
-    """Run one side at the recorded size on that side's own copy of the output paths:
+def side(launch: dict, nproc: int, env: dict[str, str], store: Path) -> tuple[str, dict, dict]:
+    """Run one side with nproc processes on that side's own copy of the output paths:
     (outcome, stdout per rank, result files)."""
     paths = output_paths(launch)
     mirror(paths, store, NOTEBOOKS)  # this side's files as its last launch left them
@@ -243,23 +258,54 @@ def side(launch: dict, env: dict[str, str], store: Path) -> tuple[str, dict, dic
         if not Path(p).suffix:
             (NOTEBOOKS / p).mkdir(exist_ok=True)
     since = file_clock_now()
-    outcome, stdout = run(launch, launch["nproc"], env)
+    outcome, stdout = run(launch, nproc, env)
     files = result_files(paths, since)
     mirror(paths, NOTEBOOKS, store)
     return outcome, stdout, files
 
 
-def sides(launch: dict, reference_only: bool) -> tuple[dict, dict, str]:
-    """(CPU env, GPU env, what the row says about the backends)."""
+@dataclass
+class Plan:
+    """How one launch runs: the two sides' env (None: skipped, and why in `how`), at how many
+    processes (None: as recorded), and whether its GPU side runs on a GPU (`GPU path: N of M`)."""
+    how: str
+    cpu: dict | None = None
+    gpu: dict | None = None
+    gpu_path: bool = False
+    nproc: int | None = None
+
+
+def plan(launch: dict, gpus: int, reference_only: bool = False) -> Plan:
+    """The CPU reference (gloo) against the GPU side:
+    * a GPU per rank: nccl (scripts on ddp_helpers.runtime), or the script's own choice;
+    * fewer GPUs than ranks, a script on ddp_helpers.runtime: gloo with the ranks sharing the GPUs
+      (DDP_SHARE_GPUS=1; NCCL refuses two ranks on one GPU);
+    * fewer GPUs than ranks, a script that picks a GPU per rank itself: both sides at world size 1;
+    * recorded with DDP_BACKEND=gloo, or a script that never touches CUDA: as recorded (no GPU path);
+    * simulated nodes: skipped."""
     recorded = dict(launch.get("env") or {})
     cpu = {**recorded, **CPU_ENV}
+    world = launch["nproc"] * launch.get("nnodes", 1)
+    if launch.get("nnodes", 1) > 1:
+        return Plan(f"skipped: {SIMULATED_NODES}")
     if recorded.get("DDP_BACKEND") == "gloo":
-        return cpu, recorded, "gloo by design"
+        return Plan("gloo by design", cpu, recorded)
     if reference_only:
-        return cpu, cpu, "gloo vs gloo (reference only)"
+        return Plan("gloo vs gloo (reference only)", cpu, cpu)
     text = script_text(launch)
-    own = text and "nccl" not in text and "ddp_helpers.runtime" not in text  # gloo or no group, itself
-    return cpu, {**recorded, "DDP_BACKEND": "nccl"}, "gloo vs its own (never nccl)" if own else "gloo vs nccl"
+    on_runtime = "ddp_helpers.runtime" in text
+    own = bool(text) and not on_runtime  # the script picks its backend and device itself
+    nccl = {**recorded, "DDP_BACKEND": "nccl"}
+    if own and "cuda" not in text:
+        return Plan("gloo vs its own (CPU only)", cpu, nccl)
+    if world <= gpus:
+        return Plan("gloo vs its own GPU per rank" if own else "gloo vs nccl", cpu, nccl, gpu_path=True)
+    if gpus and on_runtime:
+        return Plan(f"gloo vs gloo, {world} ranks on {gpus} shared GPU(s)", cpu, {**recorded, SHARE_GPUS_ENV: "1"},
+                    gpu_path=True)
+    if gpus and own:
+        return Plan("gloo vs its own GPU, both at world size 1", cpu, nccl, gpu_path=True, nproc=1)
+    return Plan(f"skipped: needs {world} GPUs, {gpus} visible")
 
 
 def judge(recorded: str, cpu: tuple, gpu: tuple) -> tuple[bool, str]:
@@ -283,13 +329,16 @@ def check(number: int, launch: dict, gpus: int, reference_only: bool, store: Pat
     args = " ".join(launch.get("args") or [])
     row = {"n": str(number), "launch": f"{launch['script'].removeprefix('scripts/')} {args}".strip(),
            "ws": str(world), "backends": "", "cpu": "", "gpu": ""}
-    if launch.get("nnodes", 1) > 1:
-        return {**row, "status": "skipped", "verdict": SIMULATED_NODES}
-    if gpus < world and not reference_only:
-        return {**row, "status": "skipped", "verdict": f"needs {world} GPUs, {gpus} visible"}
-    cpu_env, gpu_env, row["backends"] = sides(launch, reference_only)
-    cpu = side(launch, cpu_env, store / "cpu")
-    gpu = side(launch, gpu_env, store / "gpu")
+    how = plan(launch, gpus, reference_only)
+    if how.gpu is None:
+        return {**row, "status": "skipped", "verdict": how.how.removeprefix("skipped: ")}
+    row["backends"] = how.how
+    nproc = how.nproc or launch["nproc"]
+    cpu = side(launch, nproc, how.cpu, store / "cpu")
+    if nproc != launch["nproc"] and (cpu[0] == "ok") != (launch.get("outcome", "ok") == "ok"):
+        return {**row, "cpu": cpu[0], "status": "skipped",
+                "verdict": f"does not run as recorded at world size {nproc} (CPU: {cpu[0]})"}
+    gpu = side(launch, nproc, how.gpu, store / "gpu")
     passed, verdict = judge(launch.get("outcome", "ok"), cpu, gpu)
     return {**row, "cpu": cpu[0], "gpu": gpu[0], "status": "ok" if passed else "FAILED", "verdict": verdict}
 
@@ -351,6 +400,42 @@ def check_all(launches: list[tuple[int, dict]], gpus: int, reference_only: bool)
                     q.rmdir()
 
 
+def print_plan(launches: list[tuple[int, dict]], gpus: int) -> int:
+    """What a run on `gpus` GPUs would do with each launch, and the GPU-path coverage line."""
+    plans = [(n, la, plan(la, gpus)) for n, la in launches]
+    width = max([len(la["script"].removeprefix("scripts/")) for _, la, _ in plans] + [6])
+    print(f"{'#':>3}  {'script':{width}}  ws  how")
+    for n, la, how in plans:
+        world = la["nproc"] * la.get("nnodes", 1)
+        print(f"{n:>3}  {la['script'].removeprefix('scripts/'):{width}}  {world:>2}  {how.how}")
+    print(f"GPU path: {sum(how.gpu_path for *_, how in plans)} of {len(plans)} launches on {gpus} GPU(s)")
+    return 0
+
+
+def nvidia_driver() -> bool:
+    """An NVIDIA driver is installed (its control device, or its nvidia-smi)."""
+    return Path("/dev/nvidiactl").exists() or shutil.which("nvidia-smi") is not None
+
+
+def usable_gpus() -> tuple[int, str]:
+    """(GPUs that ran a kernel, "") or (0, why CUDA is present but unusable); (0, "") without CUDA."""
+    import torch
+
+    hidden = os.environ.get("CUDA_VISIBLE_DEVICES") == ""
+    if not torch.cuda.is_available():
+        if torch.version.cuda and nvidia_driver() and not hidden:
+            return 0, (f"this torch is built for CUDA {torch.version.cuda} and an NVIDIA driver is here, but "
+                       "torch.cuda.is_available() is False: a driver too old for this build, or no GPU "
+                       "attached (see `nvidia-smi`)")
+        return 0, ""
+    for index in range(torch.cuda.device_count()):
+        try:
+            torch.ones(1, device=f"cuda:{index}").add_(1).item()
+        except Exception as err:  # noqa: BLE001 - any failure means the GPU cannot run the check
+            return 0, f"cuda:{index} cannot run a kernel: {type(err).__name__}: {str(err).splitlines()[0]}"
+    return torch.cuda.device_count(), ""
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", default="", help="regex: run only launches whose script matches "
@@ -358,21 +443,29 @@ def main(argv=None) -> int:
     parser.add_argument("--collect", type=Path, help="merge a DDP_HELPERS_RECORD file into gpu_launches.json")
     parser.add_argument("--reference-only", action="store_true",
                         help="run the CPU side twice, at every recorded size (checks this tool without GPUs)")
+    parser.add_argument("--plan", action="store_true", help="run nothing: print how each launch would run")
+    parser.add_argument("--gpus", type=int, help="with --plan: plan for this many GPUs (default: those visible)")
     options = parser.parse_args(argv)
     if options.collect:
         if options.collect.exists():
             print(f"gpu-check: {collect(options.collect)} launches in {LAUNCHES.relative_to(ROOT)}")
         return 0
-
-    import torch
-
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if gpus == 0 and not options.reference_only:
-        print("gpu-check: no CUDA GPU is visible here, so nothing was run (exit 0). "
-              "Run `make gpu-check` on a machine with GPUs.")
-        return 0
+    if options.gpus is not None and (not options.plan or options.gpus < 0):
+        parser.error("--gpus N (N >= 0) goes with --plan: a real run uses the GPUs it finds")
     launches = [(n, la) for n, la in enumerate(json.loads(LAUNCHES.read_text()))
                 if re.search(options.only, la["script"])]
+    if options.plan:
+        write_scripts()  # the plan reads each script: which runtime it uses
+        return print_plan(launches, usable_gpus()[0] if options.gpus is None else options.gpus)
+
+    gpus, unusable = usable_gpus()
+    if unusable:
+        print(f"gpu-check: CUDA is here but unusable, so nothing was run (exit 2): {unusable}.")
+        return 2
+    if gpus == 0 and not options.reference_only:
+        print("gpu-check: no CUDA GPU is visible here, so nothing was run (exit 0). "
+              "Run `make gpu-check` on a machine with GPUs (`make gpu-check PLAN=1 GPUS=1` shows what it would run).")
+        return 0
     print(f"gpu-check: {write_scripts()} worker scripts written; {len(launches)} launches; {gpus} GPU(s)"
           + ("; --reference-only: the CPU side twice" if options.reference_only else ""))
     with contextlib.chdir(NOTEBOOKS):  # the scripts' paths are relative to notebooks/

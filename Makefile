@@ -27,10 +27,11 @@ NBVAL_PAR := $(if $(filter-out 0,$(NBVAL_JOBS)),-n $(NBVAL_JOBS) --dist loadfile
 # string hashing. The stored outputs must still match (notebooks/README.md, "Every machine").
 PORTABLE_ENV := ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 PYTHONHASHSEED=random
 
-.PHONY: help venv lab test test-portable test-stacks test-browser test-slurm gpu-check unit nbval lint execute nav bench handouts clean stress stress-tests
+.PHONY: help venv lab kernel test test-portable test-stacks test-browser test-slurm gpu-check unit nbval lint execute nav bench handouts clean stress stress-tests
 
 help:
 	@echo "make lab      - set up .venv if needed and open JupyterLab on notebooks/ (127.0.0.1, token on)"
+	@echo "make kernel   - offer .venv as the Jupyter kernel \"DDP course\" to another Jupyter (a JupyterHub) or VS Code"
 	@echo "make test     - unit tests, lint and strict nbval over every notebook"
 	@echo "make test-portable - strict nbval again under another CPU kernel choice (see PORTABLE_ENV)"
 	@echo "make test-stacks - unit tests and make test-portable in .venv-newest: Python 3.13 (PY313), the newest torch from PyPI"
@@ -145,6 +146,11 @@ $(LAB_SETTINGS): tools/jupyterlab-overrides.json $(STAMP)
 
 lab: $(STAMP) $(LAB_SETTINGS)
 	cd notebooks && ../$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 --no-browser $(ROOT_FLAG)
+
+# A JupyterHub's or VS Code's own Jupyter lists kernels from the user's data folder: this one runs
+# .venv's Python (JUPYTER_DATA_DIR=... puts it elsewhere; `jupyter kernelspec remove ddp-course` undoes it).
+kernel: $(STAMP)
+	$(BIN)/python -m ipykernel install --user --name ddp-course --display-name "DDP course (.venv)"
 
 test: $(STAMP) lint unit nbval
 

@@ -15,6 +15,7 @@ import json
 import math
 import pkgutil
 import re
+import sys
 import textwrap
 import traceback
 import typing
@@ -388,3 +389,22 @@ def test_03_scripts_are_read_as_code_not_text(tmp_path):
     bare.write_text("from torch.distributed.elastic.multiprocessing.errors import record\n\n\n@record\n"
                     "def main():\n    raise ValueError('x')\n")
     no_answer_in(failure(exercises.check_03_2, bare=failed, script=bare))
+
+
+def test_the_running_notebook_is_found_in_vscode_without_jpy_session_name(tmp_path, monkeypatch):
+    import types
+
+    from ddp_helpers.exercises import core
+
+    shell = types.SimpleNamespace(user_ns={})  # a kernel's shell, without starting one
+    monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    assert core.lesson_folders() == [series.NOTEBOOK_DIR]  # no front end names the notebook
+    monkeypatch.setitem(shell.user_ns, "__vsc_ipynb_file__", str(tmp_path / "lesson" / "00_orientation.ipynb"))
+    assert core.lesson_folders() == [tmp_path / "lesson"]  # VS Code's global
+    assert core.notebook_folders()[0] == tmp_path / "lesson"
+    monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "lab" / "x.ipynb"))
+    assert core.lesson_folders() == [tmp_path / "lab"]  # Jupyter's server, where both are set
+    monkeypatch.setitem(shell.user_ns, "__vsc_ipynb_file__", "not a notebook path")
+    monkeypatch.delenv("JPY_SESSION_NAME")
+    assert core.lesson_folders() == [series.NOTEBOOK_DIR]

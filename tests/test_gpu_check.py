@@ -20,9 +20,12 @@ LAUNCH = {"script": "scripts/x.py", "nproc": 2, "nnodes": 1, "args": [], "env": 
 
 
 def test_device_words_and_floats_within_tolerance_agree():
-    cpu = ["backend=gloo device=cpu loss 0.5000", "autocast bfloat16, grad scaler False", "epoch 3"]
-    gpu = ["backend=nccl device=cuda:1 loss 0.5100", "autocast float16, grad scaler True", "epoch 3"]
+    cpu = ["backend=gloo device=cpu loss 0.5000", "autocast bfloat16, grad scaler False", "epoch 3",
+           "ddp_helpers.syncbn.SyncBatchNorm"]
+    gpu = ["backend=nccl device=cuda:1 loss 0.5100", "autocast float16, grad scaler True", "epoch 3",
+           "torch.nn.modules.batchnorm.SyncBatchNorm"]
     assert gpu_check.compare_lines(cpu, gpu) is None
+    assert gpu_check.compare_lines(["ddp_helpers.syncbn.SyncBatchNorm"], ["torch.nn.BatchNorm2d"])
 
 
 def test_integers_words_and_far_floats_differ():

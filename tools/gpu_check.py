@@ -69,6 +69,8 @@ DEVICE_WORDS = [
     (re.compile(r"\b(nccl|gloo)\b"), "<backend>"),
     (re.compile(r"\bcuda(:\d+)?\b|\bcpu\b"), "<device>"),
     (re.compile(r"\b(torch\.)?b?float16\b"), "<half>"),
+    # the SyncBatchNorm for the device (ddp_helpers.syncbn.convert_sync_batchnorm: torch's on CUDA)
+    (re.compile(r"\b(ddp_helpers\.syncbn|torch\.nn\.modules\.batchnorm)\.SyncBatchNorm\b"), "<SyncBatchNorm>"),
     (re.compile(r"(grad scaler|GradScaler) (on|off|True|False)"), r"\1 <on/off>"),
     (re.compile(r"(MASTER_PORT=|port[ =:]|127\.0\.0\.1:|localhost:)\d+"), r"\1<port>"),
     (re.compile(r"\b\d+(\.\d+)? ?(s|ms|seconds)\b"), "<time>"),

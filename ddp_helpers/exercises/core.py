@@ -348,8 +348,13 @@ def by_rank(value: object) -> list | None:
 # --- files and scripts beside the notebook --------------------------------------------------------
 
 def _running_notebook_folder() -> list[Path]:
-    """The running notebook's folder when Jupyter names it (JPY_SESSION_NAME is its path), else nothing."""
+    """The running notebook's folder when the front end names it, else nothing: Jupyter's server sets
+    JPY_SESSION_NAME to its path; VS Code sets none (microsoft/vscode-jupyter#16291) but puts the path
+    in the kernel's global __vsc_ipynb_file__ (microsoft/vscode-jupyter#8531)."""
     session = os.environ.get("JPY_SESSION_NAME", "")
+    if not session.endswith(".ipynb"):
+        shell = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
+        session = str(getattr(shell, "user_ns", {}).get("__vsc_ipynb_file__", ""))
     return [Path(session).parent] if session.endswith(".ipynb") else []
 
 

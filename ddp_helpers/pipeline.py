@@ -101,7 +101,9 @@ class CostedBlock(nn.Module):
     """Linear(dim, dim) + Tanh with three fixed costs: ``forward_s`` seconds in forward,
     ``input_grad_s`` on the path to its input's gradient and ``weight_grad_s`` on the path to its
     weight's gradient. A full backward pays both; a zero-bubble schedule pays the first in its
-    input-gradient step (I) and the second in its weight step (W). ``sleep`` waits (``time.sleep``;
+    input-gradient step (I) and the second in its weight step (W), except on the first stage, where
+    torch skips I and pays both in W (``backward_weight_one_chunk``, ``torch/distributed/pipelining/
+    stage.py``). ``sleep`` waits (``time.sleep``;
     a test passes a recorder). Waiting, not computing, keeps ranks that share CPU cores from slowing
     each other down, so only the schedule and the real sends decide when a rank is idle."""
 

@@ -106,7 +106,9 @@ def test_the_hosted_requirements_are_what_the_notebooks_import_besides_the_runti
 
 
 def test_make_kernel_offers_the_venv_to_other_jupyters(tmp_path):
-    done = subprocess.run(["make", "-s", "kernel", f"BIN={Path(sys.executable).parent}"], cwd=ROOT,
+    venv = Path(sys.prefix)  # this test's own venv (.venv, or make test-stacks' .venv-newest), never rebuilt:
+    done = subprocess.run(["make", "-s", "-o", f"{venv}/.installed", "kernel", f"VENV={venv}",  # -o: as is
+                           f"BIN={Path(sys.executable).parent}"], cwd=ROOT,
                           env={"PATH": "/usr/bin:/bin", "JUPYTER_DATA_DIR": str(tmp_path), "HOME": str(tmp_path)},
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -9,7 +9,8 @@
 - :class:`StageTimer`: timestamps around a ``torch.distributed.pipelining`` stage's
   ``forward_one_chunk``, ``backward_one_chunk`` and ``backward_weight_one_chunk``: the real timeline.
 - :func:`stage_ids` and :func:`build_schedule`: which stages a rank owns under a schedule, and the
-  schedule built over them (stages by hand, timed), ready to ``step``.
+  schedule built over them (stages by hand, timed), ready to ``step``; ``stage_to_rank`` asks torch's
+  schedule which rank runs each stage.
 - :func:`bubble_fraction` (the formula) and :func:`measured_bubble` (from timelines).
 - :func:`peak_live` (microbatches whose activations a stage holds) and :class:`SavedBytes` (the
   bytes autograd saves for backward, counted with ``saved_tensors_hooks``).
@@ -21,7 +22,7 @@ import copy
 import inspect
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -220,6 +221,19 @@ class BuiltSchedule:
     ids: list[int]
     stages: int
     timer: StageTimer
+    pipeline_stages: list = field(default_factory=list)  # torch's PipelineStage objects, as ``ids``
+
+    def stage_to_rank(self) -> dict[int, int]:
+        """torch's map from every stage index to the rank that runs it: a multi-stage schedule's
+        ``stage_index_to_group_rank`` (``PipelineScheduleMulti.__init__`` builds it and hands it to its
+        stages); a single-stage schedule keeps none, and its stage's own map, the one its sends use
+        (``PipelineStage.stage_index_to_group_rank``, ``torch/distributed/pipelining/stage.py``)."""
+        mapping = getattr(self.schedule, "stage_index_to_group_rank", None)
+        if mapping is None:
+            if not self.pipeline_stages:
+                raise ValueError("no torch stage to ask: build the schedule with build_schedule")
+            mapping = self.pipeline_stages[0].stage_index_to_group_rank
+        return {int(stage): int(rank) for stage, rank in sorted(mapping.items())}
 
     def step(self, x: torch.Tensor, y: torch.Tensor, **kwargs: object) -> object:
         """One step: the first stage feeds the whole batch ``x``, the last stage gets the target ``y``."""
@@ -242,7 +256,7 @@ def build_schedule(name: str, model: nn.Sequential, rank: int, ranks: int, devic
     schedule_cls = getattr(pp, f"Schedule{name}")
     schedule = schedule_cls(stages[0] if name in SINGLE else stages, n_microbatches=microbatches,
                             loss_fn=loss_fn, **schedule_kwargs)
-    return BuiltSchedule(schedule, modules, ids, n, timer)
+    return BuiltSchedule(schedule, modules, ids, n, timer, stages)
 
 
 def _events(items: Iterable[Event | dict]) -> list[Event]:

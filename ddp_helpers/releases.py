@@ -52,7 +52,11 @@ PRIVATE_TORCH_APIS = {
     "torch.distributed.tensor.experimental._attention.context_parallel_unshard":
         "notebook 14 puts the load-balanced sequence back in order to compare it with one process",
     "torch.distributed.tensor.experimental._context_parallel._attention":
-        "notebook 14 reads how torch's ring attention rotates K and V: its options, custom ops and handlers",
+        "tests/test_torch_facts_cp.py reads what notebook 14 states of torch's ring attention, which runs on "
+        "CUDA only: its table of kernels, its default options and how it rotates K, V and their gradients",
+    "torch.distributed.tensor.experimental._context_parallel._load_balancer._HeadTailLoadBalancer":
+        "tests/test_torch_facts_cp.py holds notebook 14's zigzag layout to the order torch's context_parallel "
+        "gives the sequence by default",
     "torch.distributed.pipelining._backward.stage_backward_input":
         "notebook 13 splits the backward into its input and weight halves, as zero-bubble schedules do",
     "torch.distributed.pipelining._backward.stage_backward_weight":

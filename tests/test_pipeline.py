@@ -180,6 +180,23 @@ def test_one_rank_schedule_equals_one_process(single_rank_group):
     assert order(run.timer.events) == ["F0", "F1", "F2", "F3", "B0", "B1", "B2", "B3"]
 
 
+@pytest.mark.parametrize(("name", "mapping"), [("GPipe", {0: 0}), ("Interleaved1F1B", {0: 0, 1: 0}),
+                                              ("ZBVZeroBubble", {0: 0, 1: 0})])
+def test_stage_to_rank_is_torchs_map(single_rank_group, name, mapping):
+    run = pipeline.build_schedule(name, make_mlp(4, blocks=2), 0, 1, torch.device("cpu"), 2, F.mse_loss)
+    assert run.stage_to_rank() == mapping
+    torch_map = getattr(run.schedule, "stage_index_to_group_rank", None) or run.pipeline_stages[0].stage_index_to_group_rank
+    torch_map[0] = 7                      # what torch holds is what it reports, not the helper's stage_ids
+    assert run.stage_to_rank()[0] == 7
+
+
+def test_stage_to_rank_needs_a_torch_stage(single_rank_group):
+    run = pipeline.build_schedule("GPipe", make_mlp(4, blocks=2), 0, 1, torch.device("cpu"), 2, F.mse_loss)
+    run.pipeline_stages = []
+    with pytest.raises(ValueError, match="no torch stage"):
+        run.stage_to_rank()
+
+
 def test_draw_timeline():
     import matplotlib.pyplot as plt
 

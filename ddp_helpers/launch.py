@@ -103,7 +103,7 @@ class WorkerFailed(LaunchError):
                   if self.other_failures else "")
         abort = ("\nThis is gloo's exit abort (pytorch/pytorch#190489): a process group still held at interpreter "
                  "exit (by a DDP model, for one) can kill a rank after its last line ran. Drop what holds the "
-                 "group before ending it: `del model` then `dist.destroy_process_group()` (notebook 04, section 1)."
+                 "group before ending it: `del model` then `dist.destroy_process_group()` (notebook 09, section 7)."
                  if self.exit_abort else "")
         super().__init__(
             f"{where} failed first, with {code}.{others}{abort}\n"

@@ -111,6 +111,7 @@ def test_the_exit_abort_is_named_with_its_fix(exitcode, tail, abort):
     err = WorkerFailed(0, exitcode, tail, "torchrun x.py")
     assert err.exit_abort is abort
     assert ("pytorch/pytorch#190489" in str(err)) is abort and ("`del model`" in str(err)) is abort
+    assert ("(notebook 09, section 7)" in str(err)) is abort  # the section that explains it
 
 
 def test_a_process_that_outlives_its_output_is_a_timeout(tmp_path, monkeypatch):

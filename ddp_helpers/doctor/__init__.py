@@ -29,10 +29,10 @@ doctor gives it ``timeout / 4`` (at least 5 s), so the waiting rank fails and sa
 | unreduced-metric | warning | runtime + static | notebook 07, 2. Exact distributed evaluation |
 | unused-parameters | error | runtime | notebook 04, 7.2 `find_unused_parameters` and `static_graph` |
 | no-destroy | warning | runtime | notebook 04, 1. The process group: backend, device, and how a script ends it |
-| gloo-exit-abort | warning | runtime | notebook 04, 1. The process group: backend, device, and how a script ends it |
+| gloo-exit-abort | warning | runtime | notebook 09, 7. Exit code -6 after the work is done: gloo's exit abort |
 | no-process-group | error | runtime | notebook 04, 1. The process group: backend, device, and how a script ends it |
 | hang | error | runtime | notebook 09, 3. Mismatched collectives and hangs |
-| script-failed | error | runtime | notebook 09, 7. A checklist of common failures |
+| script-failed | error | runtime | notebook 09, 8. A checklist of common failures |
 
 "runtime" findings are measured in the run ("ranks 0 and 1 iterated the same 96 samples");
 "static" ones are read from the script alone (``hardcoded-device``: on one node RANK equals

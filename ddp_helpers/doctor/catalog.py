@@ -113,7 +113,7 @@ CATALOG: dict[str, Entry] = {
         "a DDP model still held the group.",
         "drop the DDP model before ending the group: `del model` (or `model = None`),\n"
         "then `dist.destroy_process_group()`.",
-        _nb("04", "1. The process group: backend, device, and how a script ends it")),
+        _nb("09", "7. Exit code -6 after the work is done: gloo's exit abort")),
     "no-process-group": Entry(
         "error", "runtime",
         "the script never called init_process_group: each process ran alone.",
@@ -130,5 +130,5 @@ CATALOG: dict[str, Entry] = {
         "the script stopped with an error after the process group started.",
         "read the error and the line above; run it once at 2 ranks with\n"
         "`torchrun --standalone --nproc-per-node=2 SCRIPT` to see the full traceback.",
-        _nb("09", "7. A checklist of common failures")),
+        _nb("09", "8. A checklist of common failures")),
 }

@@ -45,26 +45,56 @@ def test_default_options_gather_all_blocks_balance_and_merge_in_float32():
     assert options.enable_load_balance is True and options.convert_to_f32 is True
 
 
-def test_the_ring_starts_the_next_exchange_before_it_computes():
-    """nb14-35: `_templated_ring_attention` calls `rotater.exchange_buffers` before the attention op of
-    the same step, so the transfer overlaps the kernel."""
-    ring = _function(cp_attention._templated_ring_attention)
+def exchange_comes_before_the_op(ring: ast.FunctionDef) -> bool:
+    """In the loop over the steps, the first ``rotater.exchange_buffers`` call precedes every ``op(...)``."""
     loop = next(n for n in ast.walk(ring) if isinstance(n, ast.For))
     exchange = _calls(loop, "exchange_buffers")
     ops = [n for n in ast.walk(loop) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "op"]
-    assert exchange and ops and exchange[0].lineno < min(n.lineno for n in ops)
+    return bool(exchange and ops) and exchange[0].lineno < min(n.lineno for n in ops)
+
+
+def passes_kv_gradients_every_step(backward: ast.FunctionDef) -> bool:
+    """``dkv_rotater.exchange_buffers`` is a statement of the step loop's own body, under no ``if``."""
+    loop = next(n for n in ast.walk(backward) if isinstance(n, ast.For))
+    passes_on = [n for n in loop.body
+                 if any(getattr(c.func.value, "id", "") == "dkv_rotater" for c in _calls(n, "exchange_buffers"))]
+    return bool(passes_on) and not any(isinstance(n, ast.If) for n in passes_on)
+
+
+def test_the_ring_starts_the_next_exchange_before_it_computes():
+    """nb14-35: `_templated_ring_attention` calls `rotater.exchange_buffers` before the attention op of
+    the same step, so the transfer overlaps the kernel."""
+    assert exchange_comes_before_the_op(_function(cp_attention._templated_ring_attention))
 
 
 def test_the_backward_passes_the_kv_gradients_on_at_every_step():
     """nb14-17 and nb14-35: `_templated_ring_attention_backward` rotates the key/value gradients in the
     body of its loop over the steps, not under the test that skips a hidden step, so every rank takes
     part in every hop of the backward."""
-    backward = _function(cp_attention._templated_ring_attention_backward)
-    loop = next(n for n in ast.walk(backward) if isinstance(n, ast.For))
-    passes_on = [n for n in loop.body if _calls(n, "exchange_buffers")
-                 and any(getattr(c.func.value, "id", "") == "dkv_rotater" for c in _calls(n, "exchange_buffers"))]
-    assert passes_on, "the dK/dV exchange is not a statement of the loop's own body"
-    assert not any(isinstance(n, ast.If) for n in passes_on)
+    assert passes_kv_gradients_every_step(_function(cp_attention._templated_ring_attention_backward))
+
+
+_COMPUTE_FIRST = """
+def ring(size):
+    for i in range(size):
+        out = op(i)
+        rotater.exchange_buffers(i)
+"""
+_EXCHANGE_FIRST = _COMPUTE_FIRST.replace("        out = op(i)\n", "") + "        out = op(i)\n"
+_SKIPPED_PASS = """
+def backward(size, skip):
+    for i in range(size):
+        if not skip:
+            dkv_rotater.exchange_buffers(i)
+"""
+_EVERY_PASS = _SKIPPED_PASS.replace("        if not skip:\n    ", "")
+
+
+@pytest.mark.parametrize(("check", "source", "holds"), [
+    (exchange_comes_before_the_op, _COMPUTE_FIRST, False), (exchange_comes_before_the_op, _EXCHANGE_FIRST, True),
+    (passes_kv_gradients_every_step, _SKIPPED_PASS, False), (passes_kv_gradients_every_step, _EVERY_PASS, True)])
+def test_the_source_checks_refuse_the_wrong_order_and_a_skipped_pass(check, source, holds):
+    assert check(ast.parse(source).body[0]) is holds
 
 
 def test_torchs_head_tail_load_balancer_is_the_zigzag_layout():

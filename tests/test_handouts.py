@@ -659,3 +659,96 @@ def test_every_exercise_is_linked_from_its_section_and_back(built, notebook):
         up = re.findall(r'href="#(\d+\.-[^"]+)">↑ back to section', page)
         assert sorted(down) == [f"Exercise-{notebook.name[:2]}.{k}" for k in range(1, exercises + 1)]
         assert len(up) == exercises
+
+
+# --- the learner's pages (notebooks/cheatsheet.md, glossary.md, troubleshooting.md) ----------------------
+
+LEARNER_PAGES = [Path(name).stem for name in handouts.LEARNER_PAGES]
+
+
+def broken_hrefs(page: Path, text: str | None = None) -> list[str]:
+    """The links of an HTML page of the handouts that a click would not follow: a file the handouts lack, or
+    a fragment that is no id of its page (ids and fragments compared percent-decoded, as a browser does)."""
+    text = page.read_text() if text is None else text
+    broken = []
+    for href in map(html.unescape, re.findall(r' href="([^"]*)"', text)):
+        if href.startswith(("http://", "https://")):
+            continue
+        name, _, fragment = href.partition("#")
+        target = (page.parent / name) if name else page
+        if not target.is_file():
+            broken.append(href)
+        elif fragment:
+            ids = {urllib.parse.unquote(html.unescape(i)) for i in re.findall(r' id="([^"]+)"', target.read_text())}
+            if urllib.parse.unquote(fragment) not in ids:
+                broken.append(href)
+    return broken
+
+
+@pytest.mark.parametrize("edition", handouts.EDITIONS)
+@pytest.mark.parametrize("name", LEARNER_PAGES)
+def test_learner_pages_are_in_each_edition_and_their_links_work(built, edition, name):
+    page = built / "html" / edition / f"{name}.html"
+    text = page.read_text()
+    source = (ROOT / "notebooks" / f"{name}.md").read_text()
+    title = re.search(r"^# (.+)$", source, re.M)[1]
+    assert f"<title>{html.escape(title, quote=False)}</title>" in text
+    notebook_links = re.findall(r"\]\((\d\d_\w+)\.ipynb", source)
+    assert notebook_links and len(re.findall(r'href="\./\d\d_\w+\.html', text)) == len(notebook_links)
+    assert broken_hrefs(page) == [], name
+    assert not re.search(r'href="[^"]*(\.ipynb|\.md)[#"]', text) and "harmful-link" not in text
+    if name == "cheatsheet":  # the script itself, whole
+        for line in (ROOT / "templates" / "minimal_ddp.py").read_text().splitlines():
+            assert line in html.unescape(text)
+
+
+def test_the_link_check_refuses_a_missing_page_and_a_missing_section(built):
+    page = built / "html" / "student" / "cheatsheet.html"
+    text = page.read_text()
+    good = re.search(r'href="(\./04_ddp_fundamentals\.html#[^"]+)"', text)[1]
+    assert broken_hrefs(page, text.replace(good, good + "-gone", 1)) == [html.unescape(good) + "-gone"]
+    assert broken_hrefs(page, text.replace(good, "./99_none.html", 1)) == ["./99_none.html"]
+
+
+def test_learner_pages_beside_the_student_notebooks(built):
+    folder = built / "student"
+    for name in LEARNER_PAGES:
+        text = (folder / f"{name}.md").read_text()
+        links = re.findall(r"\]\(([^)\s]+)\)", text)
+        assert links and not any(link.startswith("../") for link in links)
+        for link in links:
+            assert (folder / link.partition("#")[0]).is_file(), (name, link)
+
+
+def test_index_and_instructor_page_link_the_learner_pages(built):
+    for page in (built / "index.html", built / "instructor.html"):
+        text = page.read_text()
+        for name in LEARNER_PAGES:
+            assert f'href="html/student/{name}.html"' in text, (page.name, name)
+        assert broken_hrefs(page, "".join(f'<a href="html/student/{n}.html">' for n in LEARNER_PAGES)) == []
+
+
+def test_the_navigation_line_links_the_pages_in_every_copy(built, tmp_path):
+    """A notebook whose navigation line is tools/nav.py's (as `make nav` writes it): in its HTML pages the
+    learner's pages are the HTML ones beside it, on its slides the instructor's, in the student notebook the
+    markdown copies beside it; every link works."""
+    import nav
+
+    paths = handouts.notebooks()
+    i = next(k for k, p in enumerate(paths) if p.name.startswith("04"))
+    text = nav.nav_text(paths, [handouts.title_of(p) for p in paths], i)
+    assert all(f"({name})" in text for name in handouts.LEARNER_PAGES)
+    source = tmp_path / "nb" / paths[i].name
+    source.parent.mkdir()
+    nbformat.write(nav.with_nav(nbformat.read(paths[i], as_version=4), text), source)
+    for edition in handouts.EDITIONS:
+        page = handouts.render(source, built, edition)
+        rendered = page.read_text()
+        assert all(rendered.count(f'href="{name}.html"') == 2 for name in LEARNER_PAGES), edition  # top, bottom
+        assert [h for h in broken_hrefs(page) if not h.startswith("#")] == []
+    slides = handouts.handout_copy(nbformat.read(source, as_version=4), ".slides.html")
+    assert f"(../html/instructor/{LEARNER_PAGES[0]}.html)" in slides.cells[0].source
+    student = handouts.write_student_notebook(source, built / "student")
+    first = nbformat.read(student, as_version=4).cells[0].source
+    for name in handouts.LEARNER_PAGES:
+        assert f"({name})" in first and (built / "student" / name).is_file()

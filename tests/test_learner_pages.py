@@ -399,3 +399,16 @@ def test_the_readme_points_to_the_one_list():
     part = readme.split("\n## Troubleshooting\n", 1)[1].split("\n## ", 1)[0]
     assert "(notebooks/troubleshooting.md)" in part
     assert not re.search(r"^- ", part, re.M), "the symptoms live in notebooks/troubleshooting.md only"
+
+
+# --- every notebook's navigation line links the three pages ------------------------------------------
+
+def test_every_navigation_line_links_the_three_pages():
+    paths = nav.notebooks()
+    titles = [f"{p.name[:2]} · t" for p in paths]
+    for i, path in enumerate(paths):
+        text = nav.nav_text(paths, titles, i)
+        targets = LINK.findall(text)
+        assert [t for t in targets if t.endswith(".md")] == list(nav.LEARNER_PAGES), path.name
+        assert all((NOTEBOOKS_DIR / t.partition("#")[0]).exists() for t in targets), path.name
+    assert set(nav.LEARNER_PAGES) == {p.name for p in PAGES}

@@ -15,7 +15,11 @@ Writes, from the notebooks as committed (nothing is executed):
   pdf/student/, pdf/instructor/   (--pdf) the HTML pages printed to A4
   slides/NN_name.slides.html      (--slides) reveal.js, a slide per ``##`` heading (wherever it stands in
                                   a cell), sub-slides of about one screen, long inputs shortened
-  index.html                      links to every edition, the titles' markdown rendered
+  html/EDITION/cheatsheet.html    the learner's pages beside the notebooks (notebooks/cheatsheet.md,
+  html/EDITION/glossary.html      glossary.md, troubleshooting.md: tools/nav.py's LEARNER_PAGES), in both
+  html/EDITION/troubleshooting.html  editions so that their links to the notebooks' pages stay in the edition;
+                                  student/*.md the same pages beside the student notebooks; in the PDFs too
+  index.html                      links to every edition and to the learner's pages, the titles' markdown rendered
   instructor.html                 (tools/instructor_page.py) set-up checklist, a table of the notebooks
                                   (cells, run and teaching times, exercises), half-day, one-day (DDP
                                   core), 2- and 3-day plans, each notebook's sections, objectives and
@@ -28,7 +32,8 @@ Every page loads its scripts from assets/ (pinned npm packages, package-lock.jso
 refused; a page that asks for the network, or fails to load a file, fails the build.
 
 The handouts are made from in-memory copies: ``# NBVAL_*`` comment lines dropped, the page titled
-with the notebook's ``# NN · Title`` heading, notebook links pointed at the HTML pages, each widget
+with the notebook's ``# NN · Title`` heading, notebook links (and links to the learner's pages) pointed at
+the HTML pages, each widget
 shown as its stored picture captioned "interactive in JupyterLab" (the student .ipynb keeps its widgets),
 and, for the slides, reveal.js slide metadata written on every cell. In the pages and the student
 notebooks each exercise is linked from the end of the section it practises, and links back
@@ -55,6 +60,7 @@ from pathlib import Path
 
 import nbformat
 from instructor_page import write_instructor_page
+from nav import LEARNER_PAGES
 from nbconvert import HTMLExporter, SlidesExporter
 from notebook_pages import (
     CHECK_TAG,
@@ -89,6 +95,10 @@ COPIED_FOLDERS, EMPTY_FOLDERS = ("walkthrough",), ("scripts", "runs")
 EDITIONS = ("student", "instructor")
 CONTENTS_LINK = "(../README.md#curriculum)"
 NOTEBOOK_LINK = re.compile(r"\((\d\d_\w+)\.ipynb(#[^)\s]*)?\)")  # a link to a notebook of the series
+# a link to one of the learner's pages beside the notebooks (cheatsheet.md, ...)
+PAGE_LINK = re.compile(r"\((" + "|".join(re.escape(Path(name).stem) for name in LEARNER_PAGES) + r")\.md(#[^)\s]*)?\)")
+# a markdown link that leaves notebooks/ (the README, templates/, cluster/): nothing of it is in the handouts
+OUTSIDE_LINK = re.compile(r"\[([^\]]+)\]\(\.\./([^)#\s]+)(#[^)\s]*)?\)")
 # On every instructor page (the notebooks' instructor edition and instructor.html).
 WIDGET_VIEW, WIDGET_CAPTION = "application/vnd.jupyter.widget-view+json", "interactive in JupyterLab"
 NBVAL_COMMENT = re.compile(r"^[ \t]*#[ \t]*NBVAL_[A-Z_]+\b.*(?:\n|$)", re.MULTILINE)
@@ -125,12 +135,15 @@ def handout_copy(nb, suffix: str):
     widget shown as its stored picture (``widget_pictures``)."""
     nb = widget_pictures(copy.deepcopy(nb))
     nb.metadata["title"] = plain(title_of(nb))
+    # the learner's pages lie beside the HTML pages; the slides (one folder up) link the instructor's
+    page = "../html/instructor/" if suffix == ".slides.html" else ""
     for cell in nb.cells:
         if cell.cell_type == "code":
             cell.source = NBVAL_COMMENT.sub("", cell.source)
         elif cell.cell_type == "markdown":
             # every notebook of the series, also one linked before it lands (a nav cell's "next")
             cell.source = NOTEBOOK_LINK.sub(lambda m: f"({m[1]}{suffix}{m[2] or ''})", cell.source)
+            cell.source = PAGE_LINK.sub(lambda m: f"({page}{m[1]}.html{m[2] or ''})", cell.source)
             cell.source = cell.source.replace(CONTENTS_LINK, "(../index.html)" if suffix == ".slides.html"
                                               else "(../../index.html)")
     return nb
@@ -228,6 +241,38 @@ def widget_pictures(nb):
     if not widget_views(nb):
         nb.metadata.pop("widgets", None)
     return nb
+
+
+# --- the learner's pages -----------------------------------------------------------------------
+
+def learner_page_markdown(text: str, where: str) -> str:
+    """A learner's page (notebooks/NAME.md) for the handouts: ``where`` is "html" (beside the HTML pages of an
+    edition: notebook and page links point at the HTML pages, "Contents" at the index) or "student" (beside
+    the student notebooks: "Contents" is their README.md). A link that leaves notebooks/ becomes its text and
+    the file's name in the course's repository, which the handouts do not hold."""
+    text = text.replace(CONTENTS_LINK, "(../../index.html)" if where == "html" else "(README.md)")
+    if where == "html":  # "./": the page's markdown renderer takes "NN_name.html#1.-Title:" for a URL scheme
+        text = NOTEBOOK_LINK.sub(lambda m: f"(./{m[1]}.html{m[2] or ''})", text)
+        text = PAGE_LINK.sub(lambda m: f"(./{m[1]}.html{m[2] or ''})", text)
+    return OUTSIDE_LINK.sub(lambda m: f"{m[1]} (`{m[2]}` in the course's repository)", text)
+
+
+def write_learner_pages(out: Path, source: Path = ROOT / "notebooks") -> tuple[list[Path], list[Path]]:
+    """The learner's pages as HTML in each edition's folder, and as markdown beside the student notebooks:
+    (the HTML pages, the markdown copies)."""
+    pages, copies = [], []
+    for name in LEARNER_PAGES:
+        text = (source / name).read_text(encoding="utf-8")
+        title = plain(re.search(r"^# (.+)$", text, re.M)[1])
+        for edition in EDITIONS:
+            target = out / "html" / edition / f"{Path(name).stem}.html"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            pages.append(write_page(target, title, learner_page_markdown(text, "html")))
+        copy = out / "student" / name
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_text(learner_page_markdown(text, "student"), encoding="utf-8")
+        copies.append(copy)
+    return pages, copies
 
 
 # --- rendering -------------------------------------------------------------------------------
@@ -425,8 +470,10 @@ def write_index(out: Path, slides: bool, pdf: bool = False, paths: list[Path] | 
         if slides:
             row += f" [slides](slides/{path.stem}.slides.html) |"
         rows.append(row)
+    learner = " · ".join(f"[{text}](html/student/{Path(name).stem}.html)" for name, text in LEARNER_PAGES.items())
     text = "\n".join([
         "# PyTorch DistributedDataParallel, hands-on: workshop handouts", "",
+        f"For every learner, linked from every notebook: {learner}.", "",
         "Student editions leave out the exercise solutions: each exercise has a starter cell and a check "
         "cell instead (the student notebooks run in JupyterLab from `student/`, with the course's "
         "environment); instructor editions have everything. "
@@ -469,6 +516,9 @@ def build(out: Path, slides: bool = False, pdf: bool = False, only: list[Path] |
         written += [*pages, write_student_notebook(path, out / "student"), *slide_pages]
         to_print += [(page, views) for page in pages]
     written.append(write_student_contents(out / "student", paths))
+    learner_pages, learner_copies = write_learner_pages(out)
+    written += [*learner_pages, *learner_copies]
+    to_print += [(page, 0) for page in learner_pages]
     if pdf:
         written += print_pdfs(to_print)
     written += [write_index(out, slides, pdf, paths), write_instructor_page(out, paths)]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
+from nav import LEARNER_PAGES
 from notebook_pages import (
     CHECK_TAG,
     EXERCISE_TAG,
@@ -439,6 +440,10 @@ def write_instructor_page(out: Path, paths: list[Path] | None = None) -> Path:
         "# Instructor page", "",
         INSTRUCTOR_BANNER, "",
         "[Back to the handouts](index.html)", "",
+        "Pages for every learner, linked from every notebook's navigation line (hand them out, or print them, "
+        "with the first notebook): " + ", ".join(
+            f"[{text.lower()}](html/student/{Path(name).stem}.html)" for name, text in LEARNER_PAGES.items())
+        + ". The cheat sheet's script is `templates/minimal_ddp.py`, tested like the notebooks.", "",
         f"Run times: strict nbval of each notebook, from {machine.get('source', 'no measurement')}, "
         f"measured on {machine.get('date', '?')} on a {machine.get('cpu_count', '?')}-CPU machine "
         "(`tools/notebook_times.json`); refresh them with `python tools/notebook_times.py` on an idle "

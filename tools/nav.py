@@ -14,12 +14,17 @@ import nbformat
 from ddp_helpers.series import NAV_TAG as TAG
 from ddp_helpers.series import notebooks, title_of
 
+# The learner's pages beside the notebooks (notebooks/*.md), linked from every navigation line:
+# file name -> link text. tools/handouts.py renders them into the handouts too.
+LEARNER_PAGES = {"cheatsheet.md": "Cheat sheet", "glossary.md": "Glossary", "troubleshooting.md": "Troubleshooting"}
+
 
 def nav_text(paths: list[Path], titles: list[str], i: int) -> str:
     parts = []
     if i > 0:
         parts.append(f"[‹ {titles[i - 1]}]({paths[i - 1].name})")
     parts.append("[Contents](../README.md#curriculum)")
+    parts.append(" · ".join(f"[{text}]({name})" for name, text in LEARNER_PAGES.items()))
     if i + 1 < len(paths):
         parts.append(f"[{titles[i + 1]} ›]({paths[i + 1].name})")
     return " | ".join(parts)

@@ -3,24 +3,30 @@
 Launch:  TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 torchrun --standalone --nproc-per-node=2 --max-restarts=1 \
              train_ddp.py --out runs/digits
 (the variable gives each restart a fresh rendezvous store: pytorch/pytorch#135712, notebook 03.)
-It resumes by itself when <out>/snapshot.pt exists, so a torchrun restart (--max-restarts) or a new
-launch after a preemption continues where the last snapshot left off. Replace the DATA and MODEL
-sections with your own; the rest is the distributed machinery (see templates/README.md).
-Test hooks (environment): FAULT=kill|term, FAULT_AT_STEP=<global step>, FAULT_RANK=<rank, default 1>:
+         torchrun --standalone --nproc-per-node=4 train_ddp.py --out runs/big --precision bf16 --accumulate 2
+It resumes by itself from the newest <out>/ckpt_<optimizer steps>.pt, so a torchrun restart (--max-restarts)
+or a new launch after a preemption continues where the last checkpoint left off; with another process count
+add --allow-resize (it continues from the last epoch's end). Replace the DATA and MODEL sections with your own;
+the rest is the distributed machinery (see templates/README.md).
+Test hooks (environment): FAULT=kill|term, FAULT_AT_STEP=<optimizer steps done>, FAULT_RANK=<rank, default 1>:
 that rank SIGKILLs (or SIGTERMs) itself before that step, on torchrun's first attempt only.
 """
 import argparse
+import contextlib
 import dataclasses
+import functools
 import json
+import math
 import os
 import random
+import re
 import signal
 import sys
 import time
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn  # noqa: F401  before init_process_group, or it holds the group at exit (notebook 04)
+import torch.distributed.nn  # noqa: F401  clean exit: imported before the group exists, it never holds it
 import torch.nn.functional as F
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
@@ -31,50 +37,80 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Subset
 
 
 @dataclasses.dataclass
-class Config:  # saved as <out>/config.json; a resume must use the same values
+class Config:  # saved as <out>/config.json; a resume must use the same values (--allow-resize: but world_size)
     epochs: int = 6
-    global_batch: int = 64   # what the optimiser sees per step, whatever the number of processes
-    lr: float = 3e-3         # OneCycle's peak learning rate
+    global_batch: int = 64      # samples per optimizer step, whatever the number of processes and micro-batches
+    accumulate: int = 1         # micro-batches per optimizer step: one gradient all-reduce per step
+    precision: str = "fp32"     # fp32 | bf16 (autocast, CPU and CUDA) | fp16 (autocast and GradScaler, CUDA only)
+    lr: float = 3e-3            # OneCycle's peak learning rate
     weight_decay: float = 1e-4
-    clip: float = 1.0        # max gradient norm
-    workers: int = 2         # DataLoader worker processes per rank (0: load in the training process)
+    clip: float = 1.0           # max gradient norm
+    workers: int = 2            # DataLoader worker processes per rank (0: load in the training process)
     seed: int = 0
-    world_size: int = 1      # filled in from torchrun's WORLD_SIZE
+    log_every: int = 10         # optimizer steps between log lines
+    checkpoint_every: int = 50  # optimizer steps between checkpoints (0: at the end of each epoch only)
+    keep_last: int = 3          # checkpoints kept, and the newest at an epoch's end (a resize starts there)
+    world_size: int = 1         # filled in from torchrun's WORLD_SIZE
 
 
-def parse_config() -> tuple[Config, str]:
+def parse_config() -> tuple[Config, argparse.Namespace, torch.device, str]:
     """Flags for every Config field; bad values stop every rank before anything starts."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--out", required=True, help="run folder: config, snapshot, log, final weights")
+    parser.add_argument("--out", required=True, help="run folder: config, checkpoints, log, final weights")
+    parser.add_argument("--allow-resize", action="store_true",
+                        help="resume with another process count, from the newest checkpoint at an epoch's end")
     for f in dataclasses.fields(Config):
         if f.name != "world_size":
-            parser.add_argument(f"--{f.name.replace('_', '-')}", type=f.type, default=f.default)
+            parser.add_argument(f"--{f.name.replace('_', '-')}", type=f.type, default=f.default,
+                                choices=("fp32", "bf16", "fp16") if f.name == "precision" else None)
     args = parser.parse_args()
     cfg = Config(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Config) if f.name != "world_size"},
                  world_size=int(os.environ.get("WORLD_SIZE", 1)))
-    if cfg.epochs < 1 or cfg.lr <= 0 or cfg.clip <= 0 or cfg.workers < 0 or cfg.weight_decay < 0:
-        parser.error("need --epochs >= 1, --lr > 0, --clip > 0, --workers >= 0 and --weight-decay >= 0")
-    if cfg.global_batch % cfg.world_size:
-        parser.error(f"--global-batch {cfg.global_batch} is not divisible by {cfg.world_size} processes: "
-                     "choose a multiple of the process count")
-    return cfg, args.out
+    if min(cfg.epochs, cfg.accumulate, cfg.log_every, cfg.keep_last) < 1 or cfg.lr <= 0 or cfg.clip <= 0 \
+            or min(cfg.workers, cfg.weight_decay, cfg.checkpoint_every) < 0:
+        parser.error("need --epochs, --accumulate, --log-every and --keep-last >= 1, --lr > 0, --clip > 0, "
+                     "--workers, --weight-decay and --checkpoint-every >= 0")
+    per_step = cfg.world_size * cfg.accumulate  # micro-batches per optimizer step, over all processes
+    if cfg.global_batch % per_step:
+        fits = [str(k) for k in range(1, cfg.global_batch + 1) if cfg.global_batch % (cfg.world_size * k) == 0]
+        parser.error(f"--global-batch {cfg.global_batch} is not divisible by {cfg.world_size} processes x "
+                     f"--accumulate {cfg.accumulate}: choose a multiple of {per_step}"
+                     + (f", or --accumulate {', '.join(fits)}" if fits else ""))
+    device, why = choose_device(int(os.environ.get("LOCAL_RANK", 0)))
+    if cfg.precision == "fp16" and device.type != "cuda":
+        parser.error(f"--precision fp16 needs a GPU per process (its GradScaler works on CUDA), and this process "
+                     f"runs on the CPU{why}: use --precision bf16 (no scaler needed) or fp32")
+    return cfg, args, device, why
 
 
-def check_config(cfg: Config, out: str) -> None:
-    """Write config.json for a new run; refuse to resume a run made with other values."""
+def write_json(obj: object, path: str) -> None:
+    with open(path + ".tmp", "w") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(path + ".tmp", path)  # readers see the old file or the new one
+
+
+def check_config(cfg: Config, out: str, allow_resize: bool) -> int | None:
+    """Write config.json for a new run; refuse to resume a run made with other values. Returns the saved
+    process count when --allow-resize accepts another one, else None."""
     path = os.path.join(out, "config.json")
     if os.path.exists(path):
         with open(path) as f:
             saved = json.load(f)
-        changed = [f"{k}: saved {saved.get(k)}, now {v}" for k, v in dataclasses.asdict(cfg).items() if saved.get(k) != v]
+        changed = [f"{k}: saved {saved.get(k)}, now {v}" for k, v in dataclasses.asdict(cfg).items()
+                   if saved.get(k) != v and k != "world_size"]
         if changed:
             sys.exit(f"{path} holds another configuration ({', '.join(changed)}). Resume with the saved values, "
                      "or give a new --out to start a new run.")
-    elif int(os.environ.get("RANK", 0)) == 0:
+        if saved["world_size"] != cfg.world_size and not allow_resize:
+            sys.exit(f"{path}: the run was made by {saved['world_size']} processes, this launch has "
+                     f"{cfg.world_size}. Relaunch with {saved['world_size']} processes in all to continue where it "
+                     f"stopped, or add --allow-resize to continue with {cfg.world_size} from its newest checkpoint "
+                     "at an epoch's end (later steps run again).")
+        return saved["world_size"] if saved["world_size"] != cfg.world_size else None
+    if int(os.environ.get("RANK", 0)) == 0:
         os.makedirs(out, exist_ok=True)
-        with open(path + ".tmp", "w") as f:
-            json.dump(dataclasses.asdict(cfg), f, indent=1)
-        os.replace(path + ".tmp", path)
+        write_json(dataclasses.asdict(cfg), path)
+    return None
 
 
 # --- DATA: scikit-learn's 1797 digits, upsampled to MNIST's 1x28x28, split stratified -----------------
@@ -135,18 +171,22 @@ def start_workers(loader: DataLoader) -> object:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, ds: Dataset, rank: int, world: int, device: torch.device) -> tuple[float, float]:
+def evaluate(model: nn.Module, ds: Dataset, rank: int, world: int, device: torch.device,
+             amp: object) -> tuple[float, float]:
     """Exact: rank r scores items r, r+world, ...; every item once, no padding, sums all-reduced."""
     model.eval()
     sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, count
     for x, y in DataLoader(Subset(ds, range(rank, len(ds), world)), batch_size=256):
-        logits = model(x.to(device))
         y = y.to(device)
-        sums += torch.stack([F.cross_entropy(logits, y, reduction="sum").double(),
-                             (logits.argmax(1) == y).sum().double(), torch.tensor(len(y), device=device).double()])
+        with amp():
+            logits = model(x.to(device)).float()
+        sums[0] += F.cross_entropy(logits, y, reduction="sum").double()
+        sums[1] += (logits.argmax(1) == y).sum()
+        sums[2] += len(y)
     dist.all_reduce(sums)
     model.train()
-    return (sums[0] / sums[2]).item(), (sums[1] / sums[2]).item()
+    loss_sum, correct, count = sums.tolist()
+    return loss_sum / count, correct / count
 
 
 def atomic_save(obj: object, path: str) -> None:
@@ -163,20 +203,55 @@ def atomic_save(obj: object, path: str) -> None:
         os.close(folder)
 
 
-def choose_device(local_rank: int) -> torch.device:
-    """This process's GPU when the node has one for every local process, else the CPU (gloo). Two
-    processes on one GPU (a laptop, a Colab T4) run on the CPU: NCCL refuses two ranks on one device."""
-    if torch.cuda.is_available() and torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):
-        return torch.device("cuda", local_rank)
-    return torch.device("cpu")
+CHECKPOINT = re.compile(r"ckpt_(\d{8})\.pt")  # named by the optimizer steps done
 
 
-def snapshot_exists(path: str, device: torch.device) -> bool:
-    """Rank 0 decides and every rank follows: on node-local disks the ranks could see different files,
-    and ranks that disagree about resuming would wait for each other in different collectives."""
-    found = torch.tensor([float(dist.get_rank() == 0 and os.path.exists(path))], device=device)
+def checkpoints(out: str) -> list[int]:
+    """The optimizer-step counts of out's checkpoints, oldest first; a .tmp is never one (atomic_save)."""
+    return sorted(int(m[1]) for m in map(CHECKPOINT.fullmatch, os.listdir(out) if os.path.isdir(out) else []) if m)
+
+
+def checkpoint_path(out: str, steps: int) -> str:
+    return os.path.join(out, f"ckpt_{steps:08d}.pt")
+
+
+def prune(out: str, keep_last: int, steps_per_epoch: int) -> None:
+    """Keep the newest keep_last checkpoints and the newest at an epoch's end; called once the newest is on disk."""
+    steps = checkpoints(out)
+    boundary = [s for s in steps if s % steps_per_epoch == 0][-1:]
+    for s in steps[:-keep_last]:
+        if s not in boundary:
+            os.remove(checkpoint_path(out, s))
+
+
+def resume_point(out: str, steps_per_epoch: int | None, device: torch.device) -> int:
+    """The checkpoint every rank loads (optimizer steps done; -1: none): the newest, or with steps_per_epoch the
+    newest at an epoch's end. Rank 0 decides and every rank follows: on node-local disks the ranks could see
+    different files, and ranks that disagree about resuming would wait for each other in different collectives."""
+    steps = [s for s in checkpoints(out) if not steps_per_epoch or s % steps_per_epoch == 0]
+    found = torch.tensor([steps[-1] if steps and dist.get_rank() == 0 else -1], device=device)
     dist.broadcast(found, src=0)
-    return bool(found.item())
+    return int(found.item())
+
+
+def choose_device(local_rank: int) -> tuple[torch.device, str]:
+    """This process's GPU when the node has one for every local process, else the CPU (gloo), and why. Two
+    processes on one GPU (a laptop, a Colab T4) run on the CPU: NCCL refuses two ranks on one device."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", 1))
+    if gpus >= local:
+        return torch.device("cuda", local_rank), ""
+    return torch.device("cpu"), f": {gpus} GPU for {local} processes on this node, NCCL needs one each" if gpus else ""
+
+
+def restore(snap: dict, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: object,
+            scaler: torch.amp.GradScaler) -> dict:
+    """Load a checkpoint into the plain model (before the DDP wrap) and its companions; returns its state."""
+    model.load_state_dict(snap["model"])
+    optimizer.load_state_dict(snap["optimizer"])
+    scheduler.load_state_dict(snap["scheduler"])  # the LR continues where it was
+    scaler.load_state_dict(snap["scaler"])  # fp16: the loss scale continues too (a no-op when disabled)
+    return snap["state"]
 
 
 stop_requested = False  # set by SIGTERM (preemption: Slurm, Kubernetes, torchrun passing it on)
@@ -189,49 +264,67 @@ def on_sigterm(signum: int, frame: object) -> None:  # only a flag: the step in 
 
 @record  # a failing rank's traceback goes into torchrun's error report
 def main() -> None:
-    cfg, out = parse_config()
-    check_config(cfg, out)
+    cfg, args, device, why = parse_config()
+    out, saved_world = args.out, check_config(cfg, args.out, args.allow_resize)
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
-    device = choose_device(local_rank)
     if device.type == "cuda":
         torch.cuda.set_device(device)  # before init: NCCL binds this process to its own GPU
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     signal.signal(signal.SIGTERM, on_sigterm)
-    world = dist.get_world_size()
+    world, K = dist.get_world_size(), cfg.accumulate
 
     train_ds, val_ds, test_ds = load_splits(cfg.seed)  # the same splits on every rank
     sampler = DistributedSampler(train_ds, shuffle=True, seed=cfg.seed)  # same seed everywhere
     generator = torch.Generator()  # reseeded every epoch below: it decides the workers' seeds
-    loader = DataLoader(train_ds, batch_size=cfg.global_batch // world, sampler=sampler,
-                        num_workers=cfg.workers, generator=generator, worker_init_fn=init_worker)
+    micro = cfg.global_batch // (world * K)  # per rank and micro-batch
+    loader = DataLoader(train_ds, batch_size=micro, sampler=sampler, num_workers=cfg.workers, generator=generator,
+                        worker_init_fn=init_worker, pin_memory=device.type == "cuda")  # pinned: see x.to below
+    steps_per_epoch = math.ceil(len(loader) / K)  # optimizer steps; the last one may have fewer micro-batches
     torch.manual_seed(cfg.seed)  # the same initial weights on every rank (DDP broadcasts rank 0's anyway)
     model = make_model().to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=cfg.lr, total_steps=cfg.epochs * len(loader))
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=cfg.lr, total_steps=cfg.epochs * steps_per_epoch)
+    scaler = torch.amp.GradScaler(device.type, enabled=cfg.precision == "fp16")  # bf16 has fp32's range: no scaler
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(cfg.precision)
+    amp = functools.partial(torch.autocast, device.type, dtype=half, enabled=half is not None)
 
     # auto-resume: load into the plain model BEFORE wrapping (DDP broadcasts rank 0's weights once)
     state = {"epoch": 0, "step": 0, "sums": [], "history": []}
-    snapshot_path = os.path.join(out, "snapshot.pt")
-    resume = snapshot_exists(snapshot_path, device)
-    if resume:  # every rank reads it: the folder must be shared (or copied to every node)
-        snap = torch.load(snapshot_path, map_location=device, weights_only=True)
-        model.load_state_dict(snap["model"])
-        optimizer.load_state_dict(snap["optimizer"])
-        scheduler.load_state_dict(snap["scheduler"])  # the LR continues where it was
-        state = snap["state"]
+    found = resume_point(out, steps_per_epoch if saved_world else None, device)
+    how = "new run"
+    if found >= 0:  # every rank reads it: the folder must be shared (or copied to every node)
+        snap = torch.load(checkpoint_path(out, found), map_location=device, weights_only=True)
+        if snap["scheduler"]["total_steps"] != scheduler.total_steps:  # a resize changed the steps per epoch
+            sys.exit(f"{checkpoint_path(out, found)} plans {snap['scheduler']['total_steps']} optimizer steps, "
+                     f"this launch {scheduler.total_steps}: relaunch with the process count that made it")
+        state = restore(snap, model, optimizer, scheduler, scaler)
+        how = f"resumed at epoch {state['epoch']} step {state['step']} ({os.path.basename(checkpoint_path(out, found))})"
+    if saved_world:  # --allow-resize: later checkpoints were made by the old process count; they go
+        later = [s for s in checkpoints(out) if s > found]
+        how += f", made by {saved_world} processes; {len(later)} later checkpoints removed"
+        dist.barrier()  # every rank has read the folder before rank 0 changes it
+        if rank == 0:
+            for s in later:
+                os.remove(checkpoint_path(out, s))
+            write_json(dataclasses.asdict(cfg), os.path.join(out, "config.json"))
     if rank == 0:
-        how = f"resumed at epoch {state['epoch']} step {state['step']}" if resume else "new run"
-        print(f"attempt {attempt}: {how}; {world} processes x batch {cfg.global_batch // world} = "
-              f"global batch {cfg.global_batch}, {cfg.workers} loader workers per process")
+        print(f"attempt {attempt}: {how}; {world} processes x {K} micro-batches of {micro} = global batch "
+              f"{cfg.global_batch}, {cfg.precision} on {device} ({'nccl' if device.type == 'cuda' else 'gloo'}{why}), "
+              f"{cfg.workers} loader workers per process")
     model = DDP(model, device_ids=[local_rank] if device.type == "cuda" else None)
 
-    def save(epoch: int, step: int, sums: list) -> None:  # every rank calls it
+    def save(epoch: int, step: int, sums: torch.Tensor) -> None:  # every rank calls it
+        per_rank = [torch.zeros_like(sums) for _ in range(world)]
+        if step:  # mid-epoch: each rank's partial loss sums, for each to continue its own
+            dist.all_gather(per_rank, sums)
         if rank == 0:  # one writer
             atomic_save({"model": model.module.state_dict(), "optimizer": optimizer.state_dict(),
-                         "scheduler": scheduler.state_dict(), "state": {"epoch": epoch, "step": step, "sums": sums,
-                                                                        "history": state["history"]}}, snapshot_path)
-        dist.barrier()  # the snapshot exists before any rank goes on, exits or is killed
+                         "scheduler": scheduler.state_dict(), "scaler": scaler.state_dict(),
+                         "state": {"epoch": epoch, "step": step, "sums": [s.tolist() for s in per_rank] if step else [],
+                                   "history": state["history"]}}, checkpoint_path(out, epoch * steps_per_epoch + step))
+            prune(out, cfg.keep_last, steps_per_epoch)  # only now: the new checkpoint is on disk
+        dist.barrier()  # the checkpoint exists before any rank goes on, exits or is killed
 
     fault, fault_step = os.environ.get("FAULT"), int(os.environ.get("FAULT_AT_STEP", -1))
     for epoch in range(state["epoch"], cfg.epochs):
@@ -239,60 +332,89 @@ def main() -> None:
         epoch_seed = cfg.seed + 10_000 * epoch + rank  # differs per rank and epoch; a resume recomputes it
         generator.manual_seed(epoch_seed)
         torch.manual_seed(epoch_seed)  # augmentation in this process when workers == 0
-        skip = state["step"] if epoch == state["epoch"] else 0  # batches done before a preemption
-        sums = torch.tensor(state["sums"][rank] if skip else [0.0, 0.0, 0.0], dtype=torch.float64, device=device)
-        start, seen = time.perf_counter(), 0
-        for step, (x, y) in enumerate(start_workers(loader)):
-            if step < skip:
+        step = state["step"] if epoch == state["epoch"] else 0  # optimizer steps done in this epoch
+        sums = torch.tensor(state["sums"][rank] if step else [0.0] * 3, dtype=torch.float64, device=device)
+        logged, logged_step, logged_at = sums.clone(), step, time.perf_counter()  # loss, samples, norm sums
+        start, seen, stop = logged_at, 0, False
+        for i, (x, y) in enumerate(start_workers(loader)):
+            if i < step * K:
                 continue  # replayed, not trained on: the data and RNG draws stay those of the first run
-            global_step = epoch * len(loader) + step
-            if fault and attempt == 0 and rank == int(os.environ.get("FAULT_RANK", 1)) and global_step == fault_step:
+            done = epoch * steps_per_epoch + step  # optimizer steps done before this micro-batch
+            if fault and attempt == 0 and rank == int(os.environ.get("FAULT_RANK", 1)) and done == fault_step \
+                    and i % K == 0:
                 os.kill(os.getpid(), signal.SIGKILL if fault == "kill" else signal.SIGTERM)
-            x, y = x.to(device), y.to(device)
-            loss = F.cross_entropy(model(x), y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()  # DDP averages the gradients here: the norm below is the same on every rank
-            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)  # the norm before clipping
-            optimizer.step()
-            scheduler.step()
-            sums += torch.stack([loss.detach().double() * len(y), torch.tensor(len(y), device=device).double(),
-                                 grad_norm.detach().double()])  # summed on the device: no host sync per step
+            last = i % K == K - 1 or i == len(loader) - 1  # the optimizer step's last micro-batch
+            group = min(K, len(loader) - i // K * K)  # micro-batches in this optimizer step
+            # pinned memory and non_blocking: the copy does not wait for the GPU (a pageable one does:
+            # aten/src/ATen/native/cuda/Copy.cu, copy_kernel_cuda, memcpy_and_sync)
+            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            with contextlib.nullcontext() if last else model.no_sync():  # no_sync: gradients wait in .grad
+                with amp():
+                    loss = F.cross_entropy(model(x), y)
+                scaler.scale(loss / group).backward()  # the last micro-batch's backward all-reduces the sum
+            sums[0] += loss.detach().double() * len(y)  # summed on the device: no host sync
+            sums[1] += len(y)
             seen += len(y) * world
-            flag = torch.tensor([float(stop_requested)], device=device)
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)  # one rank's SIGTERM stops every rank at this step
-            if flag.item():
-                per_rank = [torch.zeros_like(sums) for _ in range(world)]
-                dist.all_gather(per_rank, sums)  # each rank's partial loss sums: each continues its own
-                save(epoch, step + 1, [s.tolist() for s in per_rank])
-                if rank == 0:
-                    print(f"SIGTERM: stopped after epoch {epoch} step {step + 1}, snapshot saved")
-                model = None  # nothing may hold the group when it is destroyed (notebook 04, "Ending the group")
-                dist.destroy_process_group()
-                return  # exit code 0: the scheduler may relaunch; the run resumes from the snapshot
-        dist.all_reduce(sums)
-        val_loss, val_acc = evaluate(model.module, val_ds, rank, world, device)  # plain module: no collectives
-        # sums[2] is each rank's sum of the (equal) per-step norms, all-reduced: divide by world x steps
-        row = {"epoch": epoch, "attempt": attempt, "train_loss": (sums[0] / sums[1]).item(),
-               "grad_norm": (sums[2] / (world * len(loader))).item(), "val_loss": val_loss,
-               "val_accuracy": val_acc, "lr": scheduler.get_last_lr()[0],
-               "samples_per_s": seen / (time.perf_counter() - start)}
-        state["history"].append(row)
+            if not last:
+                continue
+            scaler.unscale_(optimizer)  # fp16: the true gradients, before clipping (no-op otherwise)
+            grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)  # the norm before clipping
+            scaler.step(optimizer)  # fp16: skips a step whose gradients overflowed (it reads found_inf: a sync)
+            scaler.update()
+            scheduler.step()
+            optimizer.zero_grad(set_to_none=True)
+            sums[2] += grad_norm.detach().double()  # the same on every rank: DDP averaged the gradients
+            step += 1
+            log_now = (done + 1) % cfg.log_every == 0
+            save_now = cfg.checkpoint_every and (done + 1) % cfg.checkpoint_every == 0 and step < steps_per_epoch
+            # The host waits for the device only at log and checkpoint steps and at the epoch's end, and only
+            # there do the ranks learn of a SIGTERM: the run stops up to that many steps late, which must take
+            # less than the grace period before SIGKILL (Slurm's KillWait, Kubernetes' 30 s); reading the flag
+            # every step would stall the GPU queue every step.
+            sync_now = log_now or save_now or step == steps_per_epoch
+            if sync_now:
+                window = torch.cat([sums - logged, torch.tensor([float(stop_requested)], device=device)])
+                dist.all_reduce(window)  # the window's sums over the ranks; > 0 at the end: a rank got SIGTERM
+                loss_sum, count, norm_sum, stop = window.tolist()
+                if log_now:
+                    now = time.perf_counter()
+                    if rank == 0:
+                        print(f"step {done + 1}: loss {loss_sum / count:.4f}  grad norm "
+                              f"{norm_sum / (world * (step - logged_step)):.3f}  lr {scheduler.get_last_lr()[0]:.3e}  "
+                              f"samples/s {count / (now - logged_at):.1f}")
+                    logged, logged_step, logged_at = sums.clone(), step, now
+                if step < steps_per_epoch and (save_now or stop):
+                    save(epoch, step, sums)
+                    if stop:
+                        break
+        else:  # the epoch ran to its end (no break)
+            dist.all_reduce(sums)
+            val_loss, val_acc = evaluate(model.module, val_ds, rank, world, device, amp)  # plain module
+            loss_sum, count, norm_sum = sums.tolist()  # norm_sum: every rank's (equal) norms, all-reduced
+            row = {"epoch": epoch, "attempt": attempt, "train_loss": loss_sum / count,
+                   "grad_norm": norm_sum / (world * steps_per_epoch), "val_loss": val_loss, "val_accuracy": val_acc,
+                   "lr": scheduler.get_last_lr()[0], "samples_per_s": seen / (time.perf_counter() - start)}
+            state["history"].append(row)
+            if rank == 0:
+                print(f"epoch {epoch}: train loss {row['train_loss']:.4f}  grad norm {row['grad_norm']:.3f}  val loss "
+                      f"{val_loss:.4f}  val accuracy {val_acc:.4f}  lr {row['lr']:.3e}  samples/s {row['samples_per_s']:.1f}")
+                write_json(state["history"], os.path.join(out, "log.json"))
+            save(epoch + 1, 0, sums)
+        if stop:
+            at = (epoch, step) if step < steps_per_epoch else (epoch + 1, 0)  # where the next launch goes on
+            if rank == 0:
+                print(f"SIGTERM: stopped at epoch {at[0]} step {at[1]}, "
+                      f"{os.path.basename(checkpoint_path(out, at[0] * steps_per_epoch + at[1]))} saved")
+            break  # exit code 0: the scheduler may relaunch; the run resumes from the checkpoint
+    else:
+        test_loss, test_acc = evaluate(model.module, test_ds, rank, world, device, amp)
         if rank == 0:
-            print(f"epoch {epoch}: train loss {row['train_loss']:.4f}  grad norm {row['grad_norm']:.3f}  val loss "
-                  f"{val_loss:.4f}  val accuracy {val_acc:.4f}  lr {row['lr']:.3e}  samples/s {row['samples_per_s']:.1f}")
-            with open(os.path.join(out, "log.json.tmp"), "w") as f:
-                json.dump(state["history"], f, indent=1)
-            os.replace(os.path.join(out, "log.json.tmp"), os.path.join(out, "log.json"))
-        save(epoch + 1, 0, [])
-
-    test_loss, test_acc = evaluate(model.module, test_ds, rank, world, device)
-    if rank == 0:
-        atomic_save(model.module.state_dict(), os.path.join(out, "final.pt"))
-        with open(os.path.join(out, "result.json"), "w") as f:
-            json.dump({"test_loss": test_loss, "test_accuracy": test_acc, "test_count": len(test_ds)}, f)
-        print(f"test: accuracy {test_acc:.4f} on {len(test_ds)} images")
-    dist.barrier()  # every rank is done with the group before any rank frees it
-    model = None  # the DDP model holds the group: drop it first
+            atomic_save(model.module.state_dict(), os.path.join(out, "final.pt"))
+            write_json({"test_loss": test_loss, "test_accuracy": test_acc, "test_count": len(test_ds)},
+                       os.path.join(out, "result.json"))
+            print(f"test: accuracy {test_acc:.4f} on {len(test_ds)} images")
+    dist.barrier()  # clean exit: every rank is done (its files written) before any rank ends the group
+    model = None  # nothing may hold the group when it is destroyed (the DDP model does; save() sees it: no del)
     dist.destroy_process_group()
 
 

@@ -697,6 +697,8 @@ def test_learner_pages_are_in_each_edition_and_their_links_work(built, edition, 
     assert notebook_links and len(re.findall(r'href="\./\d\d_\w+\.html', text)) == len(notebook_links)
     assert broken_hrefs(page) == [], name
     assert not re.search(r'href="[^"]*(\.ipynb|\.md)[#"]', text) and "harmful-link" not in text
+    assert text.count('href="../../index.html"') == 1  # "Contents"
+    assert "white-space: pre-wrap" in text  # the script's long lines wrap in print
     if name == "cheatsheet":  # the script itself, whole
         for line in (ROOT / "templates" / "minimal_ddp.py").read_text().splitlines():
             assert line in html.unescape(text)

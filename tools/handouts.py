@@ -98,7 +98,9 @@ NOTEBOOK_LINK = re.compile(r"\((\d\d_\w+)\.ipynb(#[^)\s]*)?\)")  # a link to a n
 # a link to one of the learner's pages beside the notebooks (cheatsheet.md, ...)
 PAGE_LINK = re.compile(r"\((" + "|".join(re.escape(Path(name).stem) for name in LEARNER_PAGES) + r")\.md(#[^)\s]*)?\)")
 # a markdown link that leaves notebooks/ (the README, templates/, cluster/): nothing of it is in the handouts
-OUTSIDE_LINK = re.compile(r"\[([^\]]+)\]\(\.\./([^)#\s]+)(#[^)\s]*)?\)")
+OUTSIDE_LINK = re.compile(r"\[([^\]]+)\]\(\.\./(?!\.\./)([^)#\s]+)(#[^)\s]*)?\)")
+# a learner's page prints its code whole: long lines wrap, in a smaller font
+PAGE_CSS = "pre { white-space: pre-wrap; overflow-wrap: anywhere; font-size: 85%; background: #f6f6f6; padding: .5em; }\n"
 # On every instructor page (the notebooks' instructor edition and instructor.html).
 WIDGET_VIEW, WIDGET_CAPTION = "application/vnd.jupyter.widget-view+json", "interactive in JupyterLab"
 NBVAL_COMMENT = re.compile(r"^[ \t]*#[ \t]*NBVAL_[A-Z_]+\b.*(?:\n|$)", re.MULTILINE)
@@ -267,7 +269,10 @@ def write_learner_pages(out: Path, source: Path = ROOT / "notebooks") -> tuple[l
         for edition in EDITIONS:
             target = out / "html" / edition / f"{Path(name).stem}.html"
             target.parent.mkdir(parents=True, exist_ok=True)
-            pages.append(write_page(target, title, learner_page_markdown(text, "html")))
+            write_page(target, title, learner_page_markdown(text, "html"))
+            target.write_text(target.read_text(encoding="utf-8").replace("</style>", PAGE_CSS + "</style>", 1),
+                              encoding="utf-8")
+            pages.append(target)
         copy = out / "student" / name
         copy.parent.mkdir(parents=True, exist_ok=True)
         copy.write_text(learner_page_markdown(text, "student"), encoding="utf-8")

@@ -177,7 +177,8 @@ def wait_for_gloo_workers(timeout_s: float = 5.0, settle: int = 3) -> bool:
     Reducer), an FSDP2 model (its mesh) and torch.distributed.nn.functional (its
     default ``group=group.WORLD`` arguments, bound when the first optimizer or DDP model
     imports it after init) keep it alive until interpreter exit. Plain scripts avoid
-    both (notebook 04, "Ending the group"); this wait is the mend for the rest.
+    both (their clean exit, notebook 00; the mechanism: notebook 09, section 7); this wait is the mend
+    for the rest.
     Outside Linux the state cannot be read and this sleeps 50 ms instead.
     """
     if _busy_gloo_workers() is None:

@@ -82,7 +82,7 @@ def test_starter_ellipsis_fails_first_with_a_hint(exid):
 
 
 def test_ids_cover_every_notebook_exercise():
-    assert len(exercises.exercise_ids()) == 52
+    assert len(exercises.exercise_ids()) == 53
     assert {i.split(".")[0] for i in exercises.exercise_ids()} == {f"{n:02d}" for n in range(16)}
 
 

@@ -459,10 +459,11 @@ WRONG = {
 }
 
 
-# Notebooks 08, 13, 14 and 15 keep their cases next to their fixtures, with the same rules:
-# tests/test_exercises_nb08.py (launches of real scripts), tests/test_exercises_nb13.py, tests/test_exercises_nb14.py and tests/test_exercises_nb15.py;
-# so do the checks that read a lesson's run (tests/test_exercises_runs.py).
-OWN_FILES = ("08.", "13.", "14.", "15.")
+# Exercise 00.4 and notebooks 08, 13, 14 and 15 keep their cases next to their fixtures, with the same rules:
+# tests/test_exercises_nb00.py and tests/test_exercises_nb08.py (launches of real scripts), tests/test_exercises_nb13.py,
+# tests/test_exercises_nb14.py and tests/test_exercises_nb15.py; so do the checks that read a lesson's run
+# (tests/test_exercises_runs.py).
+OWN_FILES = ("00.4", "08.", "13.", "14.", "15.")
 # Checks that read a lesson's run or take no tolerance any more keep their cases in tests/test_exercises_runs.py.
 RUN_IDS = {"04.3", "05.1", "07.2", "07.4", "09.4", "10.1", "10.2", "10.3", "11.1", "11.3", "12.1", "12.3"}
 

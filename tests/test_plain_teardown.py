@@ -1,4 +1,5 @@
-"""The walkthrough's plain scripts end with no gloo worker thread alive (notebook 04, section 1, "Ending the group").
+"""The walkthrough's plain scripts end with no gloo worker thread alive (their clean exit, notebook 00 step 2;
+the mechanism: notebook 09).
 
 A gloo thread still alive at interpreter exit can abort the process ("terminate called without an
 active exception"). destroy_process_group() frees the group, which joins those threads, only when
@@ -32,15 +33,23 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def test_every_step_with_a_group_imports_torch_distributed_nn_first_and_drops_ddp():
+CLEAN_EXIT = r"^    dist\.barrier\(\)  # clean exit\b.*\n    del model\b.*\n    dist\.destroy_process_group\(\)\n"
+
+
+def test_the_clean_exit_enters_with_the_group_and_stays_the_same():
+    """One idiom, from the step that creates the group (step 2) to the last: torch.distributed.nn imported
+    before init_process_group, and barrier, del model, destroy_process_group as the script's last lines."""
     steps = [p for p in STEPS if "init_process_group(" in p.read_text()]
     assert [p.name[:5] for p in steps] == [f"step{k}" for k in range(2, 10)]
+    endings = set()
     for path in steps:
         text = path.read_text()
         assert re.search(r"^import torch\.distributed\.nn\b", text, re.M), path.name
         assert text.index("import torch.distributed.nn") < text.index("init_process_group("), path.name
-        if "DDP(" in text:
-            assert re.search(r"^    del model\b.*\n    dist\.destroy_process_group\(\)", text, re.M), path.name
+        ending = re.search(CLEAN_EXIT, text, re.M)
+        assert ending and text[ending.end():].strip() == 'if __name__ == "__main__":\n    main()', path.name
+        endings.add(ending.group())
+    assert len(endings) == 1  # the same three lines in every step
 
 
 def test_the_last_step_leaves_no_gloo_thread_at_exit(tmp_path):

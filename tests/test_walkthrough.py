@@ -14,14 +14,14 @@ STEPS = sorted(WALK.glob("step[0-9]_*.py"))
 # aside). A line outside them means a second idea crept into the step.
 IDEAS = {
     "step1": r"RandomSampler|Generator|order|shuffle",
-    "step2": r"torch\.distributed|init_process_group|destroy_process_group",
+    "step2": r"torch\.distributed|init_process_group|destroy_process_group|barrier|del model",  # and the clean exit
     "step3": r"\bos\b|LOCAL_RANK|LOCAL_WORLD_SIZE|device|else:",
     "step4": r"DistributedSampler|sampler|RandomSampler|order",
     "step5": r"all_reduce|for p in model\.parameters\(\)",
-    "step6": r"DDP|DistributedDataParallel|all_reduce|for p in model\.parameters\(\)|barrier|del model",
+    "step6": r"DDP|DistributedDataParallel|all_reduce|for p in model\.parameters\(\)",
     "step7": r"GLOBAL_BATCH|world_size",
     "step8": r"loss|logged|get_rank|print",
-    "step9": r"get_rank|out\.mkdir|torch\.save|barrier",
+    "step9": r"get_rank|out\.mkdir|torch\.save",
 }
 
 

@@ -5,8 +5,8 @@
 
 Each launch is `torchrun --standalone --nproc-per-node=2 SCRIPT OUT`, one after another, with the
 CPU path forced (as in make test). A launch counts as an abort when torchrun exits non-zero or a
-rank's stderr says "terminate called" (gloo's teardown abort at interpreter exit: notebook 04,
-"Ending the group"; the walkthrough's scripts end so that it cannot happen).
+rank's stderr says "terminate called" (gloo's teardown abort at interpreter exit: notebook 09, section 7;
+the walkthrough's scripts end with the clean exit of notebook 00, step 2, so that it cannot happen).
 Prints one line per script and a total, and exits 1 if any launch aborted.
 """
 

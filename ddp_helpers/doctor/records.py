@@ -42,6 +42,7 @@ class Pass:
     facts: Event
     position: int
     keys: list[Any] = field(default_factory=list)  # sample indices, or fingerprints of an iterable's samples
+    batches: list[int] = field(default_factory=list)  # the size of each batch, in order
 
     @property
     def key(self) -> tuple[int | None, int]:
@@ -89,6 +90,7 @@ class RankRecord:
                 seen_at[line] += 1
             elif e["ev"] == "keys" and e["pass_id"] in found:
                 found[e["pass_id"]].keys.extend(e["keys"])
+                found[e["pass_id"]].batches.append(len(e["keys"]))
         return list(found.values())
 
 

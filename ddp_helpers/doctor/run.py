@@ -39,21 +39,28 @@ def validate(nproc: int, timeout: float, args: Sequence[str]) -> list[str]:
 def diagnose(script: str | os.PathLike, args: Sequence[str] = (), nproc: int = DEFAULT_NPROC,
              timeout: float = DEFAULT_TIMEOUT_S) -> Report:
     """Run ``script`` at ``nproc`` ranks on CPU with gloo, recorded from outside, and report what went wrong."""
+    return examine(script, args, nproc, timeout)[0]
+
+
+def examine(script: str | os.PathLike, args: Sequence[str] = (), nproc: int = DEFAULT_NPROC,
+            timeout: float = DEFAULT_TIMEOUT_S) -> tuple[Report, checks.Evidence | None]:
+    """:func:`diagnose`'s report, and what the ranks recorded (None when the script could not be run): the
+    exercise checks judge a conversion by it (each rank's batches, steps and saves)."""
     script_args = validate(nproc, timeout, args)
     name, path = str(script), Path(script)
     if not path.is_file():
-        return Report(name, nproc, "not-run", reason=f"{name} is not a file (check the path)")
+        return Report(name, nproc, "not-run", reason=f"{name} is not a file (check the path)"), None
     try:
         source = Script(path)
     except SyntaxError as err:
-        return Report(name, nproc, "not-run", reason=f"syntax error at line {err.lineno}: {err.msg}")
+        return Report(name, nproc, "not-run", reason=f"syntax error at line {err.lineno}: {err.msg}"), None
     with tempfile.TemporaryDirectory(prefix="ddp_doctor_") as work:
         record_dir, run_dir = Path(work, "record"), Path(work, "run")
         record_dir.mkdir()
         run_dir.mkdir()
         failure = _launch(path.resolve(), script_args, nproc, timeout, record_dir, run_dir)
         evidence = checks.Evidence(read_records(record_dir), source, name, nproc, run_dir)
-        return _assess(evidence, failure, timeout)
+        return _assess(evidence, failure, timeout), evidence
 
 
 def _worker_env(script: Path, record_dir: Path, timeout: float) -> dict[str, str]:

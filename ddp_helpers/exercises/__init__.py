@@ -37,7 +37,7 @@ import types
 from collections.abc import Callable
 
 from ddp_helpers.exercises.core import ATOL, REL_TOL, CheckFailed, install_missing_name_hint
-from ddp_helpers.exercises.nb00 import check_00_1, check_00_2, check_00_3
+from ddp_helpers.exercises.nb00 import check_00_1, check_00_2, check_00_3, check_00_4
 from ddp_helpers.exercises.nb01 import check_01_1, check_01_2, check_01_3
 from ddp_helpers.exercises.nb02 import check_02_1, check_02_2, check_02_3, check_02_4
 from ddp_helpers.exercises.nb03 import check_03_1, check_03_2, check_03_3
@@ -78,7 +78,7 @@ def exercise_ids() -> list[str]:
 
 
 __all__ = ["ATOL", "CHECKS", "REL_TOL", "CheckFailed", "exercise_ids",
-    "check_00_1", "check_00_2", "check_00_3", "check_01_1", "check_01_2", "check_01_3", "check_02_1",
+    "check_00_1", "check_00_2", "check_00_3", "check_00_4", "check_01_1", "check_01_2", "check_01_3", "check_02_1",
     "check_02_2", "check_02_3", "check_02_4", "check_03_1", "check_03_2", "check_03_3", "check_04_1",
     "check_04_2", "check_04_3", "check_05_1", "check_05_2", "check_05_3", "check_05_4", "check_06_1",
     "check_06_2", "check_06_3", "check_06_4", "check_07_1", "check_07_2", "check_07_3", "check_07_4",

@@ -1,12 +1,16 @@
-"""Checks of notebook 00, orientation: the first launches."""
+"""Checks of notebook 00, orientation: the first launches, and the learner's first DDP conversion."""
 
 from __future__ import annotations
 
 import ast
+import shlex
 import subprocess
 from pathlib import Path
+from typing import Any
 
-from ddp_helpers.exercises.core import Answer, Exercise, calls, check, numbers
+import torch
+
+from ddp_helpers.exercises.core import Answer, Exercise, calls, check, find_file, numbers
 from ddp_helpers.launch import LaunchResult
 
 
@@ -83,4 +87,91 @@ def check_00_3(*, plain: Answer[subprocess.CompletedProcess]) -> None:
     ex.require("Launch it with torchrun" in plain.stderr,
                "the runtime helper's message is not in `plain.stderr`.",
                "run scripts/00_hello.py (the worker of section 4), not another script.")
+    ex.correct()
+
+
+# --- 00.4: the learner's own conversion, judged by what DDP does ------------------------------------
+# The exercise's contract: scripts/00_ex_plain.py trains on SAMPLES samples for EPOCHS epochs with batches of
+# GLOBAL_BATCH and saves its model's state dict (these keys) to OUT/model.pt, OUT its first argument.
+CONVERTED = "00_ex_ddp.py"
+SAMPLES, GLOBAL_BATCH, EPOCHS, NPROC = 192, 24, 4, 2
+PLAIN_KEYS = ["0.weight", "0.bias", "2.weight", "2.bias"]
+# what the doctor may find that the exercise asks about (the clean exit's and the log's warnings become notes)
+REFUSED = ("no-process-group", "data-not-sharded", "sampler-epoch-not-set", "model-not-wrapped", "replicas-diverge",
+           "save-on-every-rank")
+
+
+def _out_folder(command: str, script: Path) -> str | None:
+    """The worker's first argument in the launch command (the folder it saves into)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return None
+    at = next((i for i, word in enumerate(words) if Path(word).name == script.name), None)
+    return words[at + 1] if at is not None and at + 1 < len(words) else None
+
+
+def _training_passes(record: Any) -> list[Any]:
+    return [p for p in record.passes() if p.grad and p.keys]
+
+
+@check
+def check_00_4(*, converted: Answer[LaunchResult]) -> None:
+    """The learner's launch, then the same script run again under the doctor (ddp_helpers.doctor), whose
+    records say what each rank did: the samples of each batch, the optimizer steps, the saves."""
+    from ddp_helpers.doctor.catalog import CATALOG
+    from ddp_helpers.doctor.run import examine
+
+    ex = Exercise("00.4")
+    ex.given(converted=converted)
+    ex.launched("converted", converted, NPROC)
+    script = ex.script_of("converted", converted.command, CONVERTED)
+    started = getattr(converted, "started", 0.0)
+    ex.require(isinstance(started, float) and started > 0 and script.stat().st_mtime <= started,
+               f"{CONVERTED} changed after `converted` was launched (or `converted` is not a launch's result): "
+               "the run is of another version of the script.",
+               "run the %%writefile cell, then launch the script again, then this check.")
+    out = _out_folder(converted.command, script)
+    saved = find_file(Path(out) / "model.pt") if out else None
+    ex.require(saved is not None and saved.stat().st_mtime >= started,
+               "the launch did not write model.pt into the folder given as the script's first argument.",
+               "keep the plain script's `out` argument and its `torch.save(..., out / \"model.pt\")`, on rank 0.")
+    try:
+        keys = list(torch.load(saved, map_location="cpu", weights_only=True))
+    except Exception:
+        keys = None
+    ex.require(keys == PLAIN_KEYS, "model.pt does not hold the plain model's state dict (its keys differ).",
+               "save `model.module.state_dict()`: the DDP wrapper's own keys start with `module.`.")
+
+    report, evidence = examine(script, args=["out"], nproc=NPROC)
+    ex.require(report.outcome == "completed",
+               f"run again at {NPROC} ranks, the script did not complete ({report.outcome}"
+               f"{': ' + report.reason if report.reason else ''}).",
+               "run `python -m ddp_helpers.doctor scripts/00_ex_ddp.py out` in a terminal to see where it stops.")
+    for finding in report.findings:
+        if finding.id in REFUSED or finding.level == "error":
+            ex.fail(f"{finding.message} ({finding.id}).", CATALOG[finding.id].fix.replace("\n", " "))
+    steps = EPOCHS * SAMPLES // GLOBAL_BATCH
+    for rank, record in sorted(evidence.records.items()):
+        passes = _training_passes(record)
+        sizes = {size for p in passes for size in p.batches}
+        ex.require(sizes == {GLOBAL_BATCH // NPROC},
+                   f"rank {rank} trained on batches of {sorted(sizes)} samples: one optimizer step then sees "
+                   f"{NPROC} x that, not the plain script's {GLOBAL_BATCH}.",
+                   "make the per-rank batch the global batch divided by the number of ranks.")
+        ex.require(len(passes) == EPOCHS and len(record.of("step")) == steps,
+                   f"rank {rank} made {len(record.of('step'))} optimizer steps in {len(passes)} passes over its "
+                   f"data; the plain script makes {steps} in {EPOCHS} epochs.",
+                   "keep the plain script's EPOCHS and GLOBAL_BATCH; change only what DDP needs.")
+    for epoch in range(EPOCHS):
+        shards = [set(_training_passes(evidence.records[r])[epoch].keys) for r in range(NPROC)]
+        ex.require(not shards[0] & shards[1] and shards[0] | shards[1] == set(range(SAMPLES)),
+                   f"in epoch {epoch} the ranks' shards overlap or miss samples.",
+                   "give the DataLoader a DistributedSampler over the whole data set (and call set_epoch).")
+    writers = sorted({rank for rank, record in evidence.records.items()
+                      for save in record.of("save") if str(save.get("path", "")).endswith("model.pt")})
+    ex.require(writers == [0], f"model.pt was written by rank(s) {writers}, not by rank 0 alone.",
+               "save on rank 0 only (`if dist.get_rank() == 0:`), then a barrier.")
+    for finding in report.findings:  # what the run shows beyond the exercise: the clean exit, the logged loss
+        print(f"note ({finding.id}): {CATALOG[finding.id].fix.splitlines()[0]}")
     ex.correct()

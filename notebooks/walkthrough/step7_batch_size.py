@@ -5,7 +5,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.distributed.nn  # imported before the group exists, it does not hold the group
+import torch.distributed.nn  # clean exit: imported before the group exists, it never holds it
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler
@@ -44,8 +44,8 @@ def main():
         print(f"epoch {epoch}: last batch loss {loss.item():.4f}")
     out.mkdir(parents=True, exist_ok=True)
     torch.save(model.state_dict(), out / "model.pt")
-    dist.barrier()  # every rank is done with the group before any rank frees it
-    del model  # DDP holds the group: drop it first
+    dist.barrier()  # clean exit: every rank is done (its files written) before any rank ends the group
+    del model  # nothing may hold the group when it is destroyed (from step 6 on, the DDP model does)
     dist.destroy_process_group()
 
 

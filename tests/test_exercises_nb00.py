@@ -1,0 +1,137 @@
+"""Check 00.4, the learner's first DDP conversion: accepted when the script's ranks did what DDP does (their own
+shards at the plain script's global batch, equal replicas, one save by rank 0), whatever the style, and refused
+with a hint otherwise. The learner's launch is a fake LaunchResult naming a real script (and the model.pt it
+"wrote"); the check's own run of the script under the doctor is real, so each wrong script below is refused for
+what its ranks actually did."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from exercise_calls import notebook_in, refused_text  # tests/ is on sys.path
+
+from ddp_helpers import exercises
+from ddp_helpers.exercises.nb00 import PLAIN_KEYS
+from ddp_helpers.launch import LaunchResult
+from ddp_helpers.series import NOTEBOOK_DIR
+
+TMP = Path(tempfile.mkdtemp(prefix="exercise_nb00_"))
+atexit.register(shutil.rmtree, TMP, ignore_errors=True)
+PLAIN = (NOTEBOOK_DIR / "walkthrough" / "exercise_plain.py").read_text()
+
+
+def solution() -> str:
+    """The notebook's own solution (its %%writefile cell, without the magic line)."""
+    cells = json.loads((NOTEBOOK_DIR / "00_orientation.ipynb").read_text())["cells"]
+    cell = next(c for c in cells if "".join(c["source"]).startswith("%%writefile scripts/00_ex_ddp.py"))
+    return "".join(cell["source"]).split("\n", 1)[1]
+
+
+def edited(text: str, *changes: tuple[str, str]) -> str:
+    for old, new in changes:
+        assert text.count(old) == 1, old
+        text = text.replace(old, new)
+    return text
+
+
+SOLUTION = solution()
+# the same conversion written with the series' runtime helper instead of init_process_group
+WITH_HELPER = edited(
+    SOLUTION,
+    ("import torch.distributed.nn  # clean exit: imported before the group exists, it never holds it\n", ""),
+    ("from torch.utils.data import DataLoader, DistributedSampler, TensorDataset\n",
+     "from torch.utils.data import DataLoader, DistributedSampler, TensorDataset\n\n"
+     "from ddp_helpers.runtime import distributed\n"),
+    ("""    local_rank = int(os.environ["LOCAL_RANK"])  # this process's index on this machine
+    if torch.cuda.device_count() >= int(os.environ["LOCAL_WORLD_SIZE"]):  # a GPU per process
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)  # before anything touches CUDA
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group()  # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT: set by torchrun
+""", """    with distributed() as ctx:
+        train(ctx.device)
+
+
+def train(device):
+"""),
+    ("""    dist.barrier()  # clean exit: every rank is done (its files written) before any rank ends the group
+    del model  # nothing may hold the group when it is destroyed
+    dist.destroy_process_group()
+""", ""))
+WRONG_SCRIPTS = {
+    "the plain script, unchanged": PLAIN,
+    "no DDP wrap": edited(SOLUTION, ("model = DDP(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)).to(device))",
+                                     "model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3)).to(device)"),
+                          ("torch.save(model.module.state_dict()", "torch.save(model.state_dict()")),
+    "no DistributedSampler": edited(SOLUTION, ("loader = DataLoader(data, batch_size=GLOBAL_BATCH // world, sampler=sampler)",
+                                               "loader = DataLoader(data, batch_size=GLOBAL_BATCH // world, shuffle=True)")),
+    "the global batch doubled": edited(SOLUTION, ("batch_size=GLOBAL_BATCH // world,", "batch_size=GLOBAL_BATCH,")),
+    "every rank saves": edited(SOLUTION, ("    if dist.get_rank() == 0:  # one writer", "    if True:  # every rank")),
+    "no set_epoch": edited(SOLUTION, ("        sampler.set_epoch(epoch)\n", "")),
+}
+
+
+def conversion(name: str, text: str, *, keys=PLAIN_KEYS, stale: bool = False, started: float | None = None,
+               script_name: str = "00_ex_ddp.py") -> dict:
+    """A folder with the script and the model.pt its (fake) launch wrote; the check's keyword arguments."""
+    folder = TMP / name.replace(" ", "_").replace(",", "")
+    (folder / "out").mkdir(parents=True, exist_ok=True)
+    script = folder / script_name
+    script.write_text(text)
+    launched = time.time() + 1.0 if started is None else started  # the launch began after the script was written
+    if stale:  # the script was written again after its launch
+        os.utime(script, (launched + 5, launched + 5))
+    torch.save({k: torch.zeros(1) for k in keys}, folder / "out" / "model.pt")
+    os.utime(folder / "out" / "model.pt", (launched + 2, launched + 2))
+    result = LaunchResult(command=f"torchrun --standalone --nproc-per-node=2 -- {script} {folder / 'out'}",
+                          stdout={0: ["epoch 3: last batch loss 0.7"]}, seconds=5.0, started=launched)
+    return dict(converted=result)
+
+
+RIGHT00 = [conversion("solution", SOLUTION), conversion("with the runtime helper", WITH_HELPER)]
+WRONG00 = {label: conversion(label, text) for label, text in WRONG_SCRIPTS.items()}
+WRONG00.update({
+    "the module. prefix in model.pt": conversion("prefix", SOLUTION, keys=[f"module.{k}" for k in PLAIN_KEYS]),
+    "a stale run: the script changed after its launch": conversion("stale", SOLUTION, stale=True),
+    "a launch of another script": conversion("other", SOLUTION, script_name="my_ddp.py"),
+    "a hand-typed result (no launch time)": conversion("typed", SOLUTION, started=0.0),
+})
+
+
+@pytest.fixture(autouse=True)
+def lesson():
+    with notebook_in(TMP):
+        yield
+
+
+@pytest.mark.parametrize("i", range(len(RIGHT00)))
+def test_right_conversions_in_either_style_pass(i, capsys):
+    exercises.check_00_4(**RIGHT00[i])
+    assert capsys.readouterr().out == "✓ Exercise 00.4: correct\n"
+
+
+# what each refusal must say: what the ranks did (or why the run is not the script's), not the answer
+SAYS = {"the plain script, unchanged": "init_process_group", "no DDP wrap": "no DistributedDataParallel",
+        "no DistributedSampler": "the same", "the global batch doubled": "batches of [24]",
+        "every rank saves": "each wrote", "no set_epoch": "same order", "the module. prefix in model.pt": "module.",
+        "a stale run: the script changed after its launch": "changed after",
+        "a launch of another script": "did not run", "a hand-typed result (no launch time)": "not a launch"}
+
+
+def test_every_wrong_case_says_what_it_shows():
+    assert set(SAYS) == set(WRONG00) and len(RIGHT00) >= 2
+
+
+@pytest.mark.parametrize("label", list(WRONG00))
+def test_wrong_conversions_fail_with_a_hint_that_says_what_the_ranks_did(label):
+    text = refused_text("00.4", lambda: exercises.check_00_4(**WRONG00[label]))
+    assert SAYS[label] in text, text

@@ -69,6 +69,9 @@ PRIVATE_TORCH_APIS = {
     "torch.nn.modules.batchnorm._BatchNorm":
         "syncbn.SyncBatchNorm derives from it, as torch's own nn.SyncBatchNorm does: the running statistics, "
         "checks and state_dict keys of every BatchNorm",
+    "torch.multiprocessing.spawn._wrap":
+        "notebook 03 prints the function every mp.spawn child runs (the parent-death signal, the error file); "
+        "its section 2 reads it line by line, and nothing public shows it",
     "torch.distributed.elastic.rendezvous.dynamic_rendezvous._NodeDesc":
         "notebook 09 sorts two agents' node descriptors the way the c10d rendezvous assigns group ranks",
 }

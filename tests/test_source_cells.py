@@ -61,9 +61,8 @@ CELLS = source_cells()
 
 
 def test_the_source_printing_cells_are_found():
-    # 02's sampler, 03's legacy launcher, 10's timing helpers, 11's sharded Adam and layer split,
-    # 12's tensor-parallel pieces
-    assert {name[:2] for name, _, _ in CELLS} >= {"02", "03", "10", "11", "12"}, CELLS
+    # 02's sampler, 10's timing helpers, 11's sharded Adam and layer split, 12's tensor-parallel pieces
+    assert {name[:2] for name, _, _ in CELLS} >= {"02", "10", "11", "12"}, CELLS
     assert all(stdout.strip() for _, _, stdout in CELLS), "a source-printing cell without stored output"
 
 

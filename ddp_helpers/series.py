@@ -83,12 +83,15 @@ def worker_scripts(root: Path = ROOT) -> dict[str, str]:
 
 def write_worker_scripts(folder: Path = NOTEBOOK_DIR) -> int:
     """Write :func:`worker_scripts` under ``folder`` (by default where the notebooks write them);
-    returns how many. The unit tests and ``make gpu-check`` need them without running a notebook."""
+    returns how many. The unit tests and ``make gpu-check`` need them without running a notebook.
+    A file that already holds its text is left alone: its time stays that of the notebook's own write,
+    which the exercise checks compare with their launch (a run of an older script is refused)."""
     files = worker_scripts()
     for rel, text in files.items():
         target = folder / rel
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(text)
+        if not target.is_file() or target.read_text() != text:
+            target.write_text(text)
     return len(files)
 
 

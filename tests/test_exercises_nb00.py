@@ -135,3 +135,21 @@ def test_every_wrong_case_says_what_it_shows():
 def test_wrong_conversions_fail_with_a_hint_that_says_what_the_ranks_did(label):
     text = refused_text("00.4", lambda: exercises.check_00_4(**WRONG00[label]))
     assert SAYS[label] in text, text
+
+
+def test_the_unit_tests_do_not_touch_a_script_the_notebook_wrote(tmp_path):
+    """tests/conftest.py writes every notebook's worker scripts before the tests; a file already holding its
+    text keeps its time, so a unit run beside a notebook's run does not make the notebook's launch look stale
+    to its check (00.4 compares the script's time with the launch's)."""
+    from ddp_helpers.series import worker_scripts, write_worker_scripts
+
+    rel, text = next((r, t) for r, t in worker_scripts().items() if r.endswith("00_ex_ddp.py"))
+    same, changed = tmp_path / rel, tmp_path / "scripts" / "00_hello.py"
+    write_worker_scripts(tmp_path)
+    os.utime(same, (1_000_000, 1_000_000))
+    os.utime(changed, (1_000_000, 1_000_000))
+    changed.write_text("# an older version\n")
+    os.utime(changed, (1_000_000, 1_000_000))
+    write_worker_scripts(tmp_path)
+    assert same.stat().st_mtime == 1_000_000 and same.read_text() == text  # left alone
+    assert changed.stat().st_mtime > 1_000_000 and changed.read_text() != "# an older version\n"  # rewritten

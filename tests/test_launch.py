@@ -555,10 +555,15 @@ def test_killing_the_kernel_leaves_no_worker(tmp_path, setup):
     own_tmp.mkdir()
     cell = KERNEL_CELL.format(setup=setup, script=str(script), out=str(tmp_path / "helper"))
     assert started_then_killed(tmp_path, cell, "helper", wait_s=10, env={"TMPDIR": str(own_tmp)}) == []
+
+    def left():  # torch's own compile cache is not the launch's: a torchrun agent that gets a second SIGTERM
+        # while it shuts down imports torch._dynamo, whose package module makes TMPDIR/torchinductor_<user>
+        return [p.name for p in own_tmp.iterdir() if not p.name.startswith("torchinductor_")]
+
     deadline = time.monotonic() + 5
-    while list(own_tmp.iterdir()) and time.monotonic() < deadline:
+    while left() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert [p.name for p in own_tmp.iterdir()] == []
+    assert left() == []
 
 
 def test_an_agent_that_ignores_sigterm_is_killed_with_its_child(tmp_path):

@@ -8,8 +8,6 @@ import re
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from ddp_helpers.doctor import catalog
 from ddp_helpers.launch import WorkerFailed
 

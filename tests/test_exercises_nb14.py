@@ -27,10 +27,13 @@ ZIGZAG_3 = [12, 13, 14, 15, 48, 49, 50, 51]          # chunks 3 and 12 of 16 chu
 RIGHT = {
     "14.1": [dict(merged=MERGED, **KW), dict(merged=MERGED.double().numpy(), **KW),
              dict(merged=F.scaled_dot_product_attention(Q, K, V), **KW),
-             dict(merged=MERGED + 1e-6, **KW)],  # within float32's rounding of another summation order
+             dict(merged=MERGED + 1e-6, **KW),  # within float32's rounding of another summation order
+             dict(merged=MERGED.tolist(), **KW),  # nested lists (issue 38: one coercion rule)
+             dict(merged=MERGED, q=Q, k=K[:, :, 8:], v=V[:, :, 8:])],  # a loop left k and v as the last block
     "14.2": [dict(zigzag_rank_3=ZIGZAG_3, contiguous_ratio=Fraction(15, 8)),
              dict(zigzag_rank_3=tuple(ZIGZAG_3), contiguous_ratio=1.875),
-             dict(zigzag_rank_3=torch.tensor(ZIGZAG_3), contiguous_ratio=np.float32(1.875))],
+             dict(zigzag_rank_3=torch.tensor(ZIGZAG_3), contiguous_ratio=np.float32(1.875)),
+             dict(zigzag_rank_3=[ZIGZAG_3[:4], ZIGZAG_3[4:]], contiguous_ratio="15/8")],  # strings that read as numbers
 }
 WRONG = {
     "14.1": [("copy-through: a loose tolerance", dict(merged=sum(p[0] for p in PARTS) / 3, tol=1.0, **KW)),
@@ -40,13 +43,14 @@ WRONG = {
              ("sum unweighted", dict(merged=sum(p[0] for p in PARTS), **KW)),
              ("causal", dict(merged=F.scaled_dot_product_attention(Q, K, V, is_causal=True), **KW)),
              ("transposed", dict(merged=MERGED.transpose(-2, -1), **KW)),
-             ("a list", dict(merged=MERGED.tolist(), **KW))],
+             ("right for the rebound names only", dict(merged=PARTS[2][0], q=Q, k=K[:, :, 8:], v=V[:, :, 8:])),
+             ("a list holding None", dict(merged=[None], **KW))],
     "14.2": [("contiguous rank 3", dict(zigzag_rank_3=list(range(24, 32)), contiguous_ratio=1.875)),
              ("reversed", dict(zigzag_rank_3=ZIGZAG_3[::-1], contiguous_ratio=1.875)),
              ("chunk 2N - r", dict(zigzag_rank_3=[12, 13, 14, 15, 52, 53, 54, 55], contiguous_ratio=1.875)),
              ("4 ranks' ratio", dict(zigzag_rank_3=ZIGZAG_3, contiguous_ratio=1.75)),
              ("whole diagonal tiles", dict(zigzag_rank_3=ZIGZAG_3, contiguous_ratio=Fraction(31, 17))),
-             ("a string", dict(zigzag_rank_3=ZIGZAG_3, contiguous_ratio="15/8")),
+             ("a string that is no number", dict(zigzag_rank_3=ZIGZAG_3, contiguous_ratio="fifteen eighths")),
              ("too few", dict(zigzag_rank_3=ZIGZAG_3[:4], contiguous_ratio=1.875))],
 }
 

@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+import numpy as np
 import torch
 
-from ddp_helpers.exercises.core import ATOL, Answer, Exercise, check, integer, number_list, sequence
+from ddp_helpers.exercises.core import (
+    ATOL,
+    Answer,
+    Exercise,
+    check,
+    find_file,
+    integer,
+    number_list,
+    path,
+    sequence,
+    tensor,
+)
 
 
 def _scales(pattern: Sequence[float | None], init_scale: float = 64.0, growth_interval: int = 2) -> list[float]:
@@ -31,10 +43,11 @@ def check_06_1(*, by_hand: Answer[Sequence[float]], measured: Answer[Sequence[fl
     ex = Exercise("06.1")
     ex.given(by_hand=by_hand, measured=measured)
     truth = _scales([None, float("inf"), None, None, None, float("nan"), None, None])
-    ex.require(number_list(by_hand) is not None and len(by_hand) == len(truth),
+    hand = number_list(by_hand)
+    ex.require(hand is not None and len(hand) == len(truth),
                f"`by_hand` should be a list of {len(truth)} scales, one per update().",
-               "one entry per step of the pattern.")
-    ex.require(number_list(by_hand) == truth, "your hand-worked scales are not what GradScaler does.",
+               "one entry per step of the pattern, each a number.")
+    ex.require(hand == truth, "your hand-worked scales are not what GradScaler does.",
                "an inf/nan step halves the scale and resets the clean-step count; growth_interval clean steps in a "
                "row double it.")
     ex.require(number_list(measured) == truth,
@@ -74,12 +87,14 @@ def check_06_3(*, net: Answer[torch.nn.Module], full: Answer[Sequence[torch.Tens
     ex.require(isinstance(acc_scaler, torch.amp.GradScaler), "`acc_scaler` is not a GradScaler.",
                "keep the starter's `acc_scaler = torch.amp.GradScaler(...)`.")
     params = list(net.parameters())
-    ex.require(sequence(full) is not None and len(full) == len(params),
+    items = sequence(full)
+    grads = None if items is None else [tensor(g) for g in items]
+    ex.require(grads is not None and len(grads) == len(params) and all(g is not None for g in grads),
                "`full` is not one gradient per parameter of `net`.", "keep the starter's `full = torch.autograd.grad(...)`.")
     ex.require(all(p.grad is not None for p in params), "`net` has no gradients.",
                "call `acc_scaler.scale(loss / 4).backward()` for each micro-batch.")
-    ex.require(all(p.grad.shape == torch.as_tensor(g).shape and torch.allclose(p.grad, torch.as_tensor(g), atol=ATOL)
-                   for p, g in zip(params, full, strict=True)),
+    ex.require(all(p.grad.shape == g.shape and torch.allclose(p.grad.double(), g.double(), atol=ATOL)
+                   for p, g in zip(params, grads, strict=True)),
                f"the unscaled accumulated gradients differ from the full-batch gradient (atol {ATOL}).",
                "divide each micro-batch loss by the number of micro-batches and call `unscale_` before comparing.")
     ex.require(acc_scaler.state_dict().get("_growth_tracker") == 1,
@@ -100,17 +115,38 @@ def _default_recipe(recipe: str) -> object:
     return AmpRecipe(device, dtype, use_grad_scaler=dtype == torch.float16)
 
 
+def _record(value: object) -> dict | None:
+    """The rank-0 record as a dict: the dict itself, its JSON text, or the path of rank0.json (a string or a
+    Path, relative to the notebook's folder)."""
+    import json
+
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None
+    elif path(value) is not None:
+        found = find_file(path(value))
+        try:
+            value = json.loads(found.read_text()) if found is not None else None
+        except (OSError, ValueError):
+            return None
+    return dict(value) if isinstance(value, Mapping) and isinstance(value.get("recipe"), str) else None
+
+
 @check
 def check_06_4(*, bf16: Answer[dict]) -> None:
     ex = Exercise("06.4")
     ex.given(bf16=bf16)
-    ex.require(isinstance(bf16, dict) and isinstance(bf16.get("recipe"), str),
-               "`bf16` is not the worker's rank-0 JSON record.",
+    record = _record(bf16)
+    ex.require(record is not None, "`bf16` is not the worker's rank-0 JSON record.",
                "`json.load(open(\"<your --out folder>/rank0.json\"))`.")
-    default = _default_recipe(bf16["recipe"])
-    ex.require(default is not None and bf16["recipe"] == str(default),
+    default = _default_recipe(record["recipe"])
+    ex.require(default is not None and record["recipe"] == str(default),
                "the run did not use its device's default recipe.", "pass `env={\"AMP_DTYPE\": \"\"}` to the launch.")
-    ex.require((bf16.get("saved_scaler") == {}) != default.use_grad_scaler and bf16.get("resumed_equal") is True,
+    resumed = record.get("resumed_equal")
+    ex.require((record.get("saved_scaler") == {}) != default.use_grad_scaler
+               and isinstance(resumed, bool | np.bool_) and bool(resumed),
                "the saved scaler state or the resume comparison is not what the default recipe gives.",
                "run with `--overflow-step -1` and read `saved_scaler` and `resumed_equal`.")
     ex.correct()

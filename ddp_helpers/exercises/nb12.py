@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numpy as np
 import torch
 
-from ddp_helpers.exercises.core import F32_ATOL, Answer, Exercise, check, integer, sequence
+from ddp_helpers.exercises.core import F32_ATOL, Answer, Exercise, check, integer, sequence, tensor
 
 
 def _partials(dense: torch.nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
@@ -24,15 +23,36 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.shape == b.shape and bool((a.double() - b.double()).abs().max() <= F32_ATOL)
 
 
+def _lesson_data(rows: int, with_y: bool) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor | None]:
+    """The exercise's layer and batch made again from its seed (torch.manual_seed(0); MLP(16, 64), then
+    randn(rows, 16), and for 12.3 a target of the same shape), the global random state left as it was: a
+    loop in the learner's cell may have rebound `dense`, `x` or `y` since."""
+    from ddp_helpers.tensor_parallel import MLP
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        dense, x = MLP(16, 64), torch.randn(rows, 16)
+        return dense, x, torch.randn(rows, 16) if with_y else None
+
+
+def _tensors(value: object) -> list[torch.Tensor] | None:
+    items = sequence(value)
+    out = None if items is None else [tensor(v) for v in items]
+    return None if out is None or any(t is None for t in out) else out  # type: ignore[return-value]
+
+
 @check
-def check_12_1(*, partials: Answer[Sequence[torch.Tensor]], dense: torch.nn.Module, x: torch.Tensor) -> None:
+def check_12_1(*, partials: Answer[Sequence[torch.Tensor]], dense: torch.nn.Module | None = None,
+               x: torch.Tensor | None = None) -> None:
+    """The truth comes from the exercise's seed; `dense` and `x` are accepted (the check cell passes them)
+    but not used."""
     ex = Exercise("12.1")
     ex.given(partials=partials)
-    items = sequence(partials)
-    ex.require(items is not None and len(items) == 2, "`partials` is not two partial outputs.",
-               "one partial output per simulated rank.")
+    parts = _tensors(partials)
+    ex.require(parts is not None and len(parts) == 2, "`partials` is not two partial outputs.",
+               "one partial output per simulated rank, each a tensor.")
+    dense, x, _ = _lesson_data(8, with_y=False)
     truth = _partials(dense, x)
-    parts = [torch.as_tensor(p).detach() for p in items]
     ex.require(all(p.shape == truth[0].shape for p in parts), "a partial output does not have the dense output's shape.",
                "multiply the hidden slice by the matching columns of down.weight.")
     ex.require(_close(parts[0] + parts[1], truth[0] + truth[1]),
@@ -66,10 +86,12 @@ def check_12_2(*, crossover: Answer[int]) -> None:
 
 
 @check
-def check_12_3(*, averaged: Answer[torch.Tensor], dense: torch.nn.Module, x: torch.Tensor,
-               y: torch.Tensor) -> None:
+def check_12_3(*, averaged: Answer[torch.Tensor], dense: torch.nn.Module | None = None,
+               x: torch.Tensor | None = None, y: torch.Tensor | None = None) -> None:
+    """The truth comes from the exercise's seed; `dense`, `x` and `y` are accepted but not used."""
     ex = Exercise("12.3")
     ex.given(averaged=averaged)
+    dense, x, y = _lesson_data(16, with_y=True)
     mse = torch.nn.functional.mse_loss
 
     def grad(loss: torch.Tensor) -> torch.Tensor:
@@ -77,9 +99,11 @@ def check_12_3(*, averaged: Answer[torch.Tensor], dense: torch.nn.Module, x: tor
 
     halves = [grad(mse(dense(a), b, reduction="sum")) for a, b in zip(x.chunk(2), y.chunk(2), strict=True)]
     truth = (halves[0] + halves[1]) / 2
-    ex.require(isinstance(averaged, torch.Tensor | np.ndarray) and tuple(averaged.shape) == tuple(truth.shape),
-               "`averaged` is not a gradient of `dense.up.weight`.", "average the two halves' gradients of up.weight.")
-    ex.require(_close(torch.as_tensor(averaged), truth),
+    got = tensor(averaged)
+    ex.require(got is not None and tuple(got.shape) == tuple(truth.shape),
+               "`averaged` is not a gradient of `dense.up.weight`.",
+               "average the two halves' gradients of up.weight: a tensor of up.weight's shape.")
+    ex.require(_close(got, truth),
                f"`averaged` is not the average of the two halves' gradients of the sum loss (atol {F32_ATOL}, "
                "float32).",
                "reduction=\"sum\" on each half of 8 samples, then (g0 + g1) / 2.")

@@ -10,9 +10,11 @@ from ddp_helpers.exercises.core import (
     REL_TOL,
     Answer,
     Exercise,
+    call,
     check,
     close,
     integer,
+    key_number,
     number,
     rel_tol_for,
     run_json,
@@ -68,10 +70,10 @@ def _by_cap(counts: object) -> dict[float, int] | None:
     if not isinstance(counts, Mapping):
         return None
     try:
-        out = {float(k): integer(v) for k, v in counts.items()}
+        out = {key_number(k): integer(v) for k, v in counts.items()}  # 0.5, "0.5", "DDP cap 0.5"
     except (TypeError, ValueError):
         return None
-    return None if None in out.values() else out  # type: ignore[return-value]
+    return None if None in out.values() or None in out else out  # type: ignore[return-value]
 
 
 def _arrival(width: object, depth: object = 4) -> list[int] | None:
@@ -118,7 +120,7 @@ def check_10_2(*, predict_buckets: Answer[Callable[[Sequence[int], float], int]]
     ex.given(predict_buckets=predict_buckets, predicted_buckets=predicted_buckets)
     ex.function("predict_buckets", predict_buckets)
     for nbytes, cap in (([3, 5, 2, 9], 6), ([10], 4), ([1, 1], 8), ([4, 4, 4], 8)):
-        ex.require(integer(predict_buckets(nbytes, cap)) == _reference_count(nbytes, cap),
+        ex.require(integer(call(predict_buckets, nbytes, cap)) == _reference_count(nbytes, cap),
                    f"predict_buckets({nbytes}, {cap}) is wrong.",
                    "close a bucket when its size reaches the cap (>=) and count a last partly filled one.")
     recorded, arrival = _recorded(ex)

@@ -14,9 +14,11 @@ from ddp_helpers.exercises.core import (
     check,
     integer,
     integer_list,
+    key_name,
     number_list,
     run_json,
     sequence,
+    without_zeros,
 )
 
 
@@ -112,7 +114,7 @@ def _payloads(value: object) -> dict[str, dict[str, int]] | None:
     """{phase: {collective: bytes}} with the bytes as ints (numpy and tensor counts accepted)."""
     if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
         return None
-    out = {str(k): {str(c): integer(b) for c, b in v.items()} for k, v in value.items()}
+    out = {key_name(k): {key_name(c): integer(b) for c, b in without_zeros(v).items()} for k, v in value.items()}
     return None if any(None in v.values() for v in out.values()) else out  # type: ignore[return-value]
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import types
 from fractions import Fraction
 from pathlib import Path
@@ -502,3 +503,22 @@ def test_readable_folders():
     cwd = Path.cwd()
     assert core.readable(cwd) == "." and core.readable(cwd / "a" / "b") == str(Path("a/b"))
     assert core.readable(Path.home() / "zz_course") == "~/zz_course"  # the working directory is a tmp folder
+
+
+# --- learners' functions with keyword-only parameters (core.call), in the checks that call them -----------------
+
+def test_01_2_keyword_only_functions_and_a_crossover_as_text():
+    def t_ring(*, n, size, alpha, beta):  # 2(N-1) messages, 2(N-1)/N of the bytes each way
+        return 2 * (n - 1) * alpha + 2 * (n - 1) / n * size * beta
+
+    def t_tree(*, n, size, alpha, beta):  # 2 log2(N) steps of the whole message
+        return 2 * math.ceil(math.log2(n)) * (alpha + size * beta)
+
+    # 126 a + 126/64 s b = 12 (a + s b) at N = 64, a = 20 us, b = 0.1 ns/byte: s = 114 a / (12 - 126/64) / b
+    crossover = 114 * 20e-6 / (12 - 126 / 64) / 0.1e-9
+    accepted("01.2", t_ring=t_ring, t_tree=t_tree, crossover=crossover)
+    accepted("01.2", t_ring=t_ring, t_tree=t_tree, crossover=f"{crossover!r}")
+    refused("01.2", t_ring=t_ring, t_tree=t_tree, crossover=crossover * 1.01)
+    refused("01.2", t_ring=lambda *, n, size, alpha, beta: t_ring(n=n, size=size, alpha=alpha, beta=0.0),
+            t_tree=t_tree, crossover=crossover)
+    assert "`t_ring`" in refused("01.2", t_ring=None, t_tree=t_tree, crossover=crossover)

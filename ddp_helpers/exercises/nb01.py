@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ddp_helpers.exercises.core import Answer, Exercise, calls, check, close, number
+from ddp_helpers.exercises.core import Answer, Exercise, call, calls, check, close, number
 from ddp_helpers.launch import LaunchResult
 
 
@@ -54,10 +54,10 @@ def check_01_2(*, t_ring: Answer[Callable[[int, float, float, float], float]],
     ex.function("t_ring", t_ring)
     ex.function("t_tree", t_tree)
     for n, s, a, b in [(64, 1024, 20e-6, 0.1e-9), (64, 100 * 2**20, 20e-6, 0.1e-9), (8, 4096, 5e-6, 1e-9)]:
-        ex.require(close(t_ring(n, s, a, b), _ring(n, s, a, b)),
+        ex.require(close(call(t_ring, n, s, a, b), _ring(n, s, a, b)),
                    f"t_ring({n}, {s}, {a}, {b}) does not follow the ring formula.",
                    "2(N-1) latencies plus 2(N-1)/N of the message's bytes times beta.")
-        ex.require(close(t_tree(n, s, a, b), _tree(n, s, a, b)),
+        ex.require(close(call(t_tree, n, s, a, b), _tree(n, s, a, b)),
                    f"t_tree({n}, {s}, {a}, {b}) does not follow the tree formula.",
                    "2*ceil(log2 N) messages, each costing alpha + S*beta (math.ceil, math.log2).")
     ex.require(_balances(number(crossover)),

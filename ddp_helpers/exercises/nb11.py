@@ -11,6 +11,7 @@ import torch
 from ddp_helpers.exercises.core import (
     Answer,
     Exercise,
+    call,
     check,
     integer,
     integer_list,
@@ -69,12 +70,12 @@ def check_11_1(*, predict_partition: Answer[Callable[[Sequence[int], int], list[
     ex.given(predict_partition=predict_partition, found=found)
     ex.function("predict_partition", predict_partition)
     for sizes, n in (([5, 9, 1, 7, 3], 2), ([4, 4, 4, 4], 3), ([100, 1, 1, 1], 2), ([2, 8, 6], 4)):
-        ex.require(_ranks(predict_partition(sizes, n)) == _reference_partition(sizes, n),
+        ex.require(_ranks(call(predict_partition, sizes, n)) == _reference_partition(sizes, n),
                    f"predict_partition({sizes}, {n}) is wrong.",
                    "largest first; each goes to the first rank with the smallest total so far.")
     recorded = _recorded_partitions(ex)
     for key, widths in (("partition", (32, 64, 64, 8)), ("partition_even", (32, 32, 32))):
-        ex.require(_ranks(predict_partition(_sizes_of(widths), 2)) == recorded[key],
+        ex.require(_ranks(call(predict_partition, _sizes_of(widths), 2)) == recorded[key],
                    f"your partition of make_stack{widths} differs from the recorded `{key}`.",
                    "see the small cases above.")
     found = integer_list(found)

@@ -8,6 +8,7 @@ from pathlib import Path
 from ddp_helpers.exercises.core import (
     Answer,
     Exercise,
+    call,
     check,
     close,
     integer,
@@ -56,7 +57,7 @@ def check_13_2(*, live_1f1b: Answer[Callable[[int, int], Sequence[int]]]) -> Non
     ex.given(live_1f1b=live_1f1b)
     ex.function("live_1f1b", live_1f1b)
     for stages, m in _GRID:
-        got = integer_list(live_1f1b(stages, m))
+        got = integer_list(call(live_1f1b, stages, m))
         ex.require(got is not None and len(got) == stages,
                    f"`live_1f1b({stages}, {m})` is not one whole number per stage.",
                    "return a list with one entry per stage, stage 0 first.")

@@ -137,6 +137,9 @@ def test_float32_gets_float32_tolerance_and_float64_does_not():
     assert core.close(torch.tensor(truth, dtype=torch.float32), truth, abs_tol=1e-12)
     assert not core.close(truth * (1 + 1e-7), truth, rel_tol=1e-12, abs_tol=1e-12)
     assert not core.close(np.float32(truth * 1.001), truth, abs_tol=1e-12)  # float32 is not a licence to be wrong
+    pooled = torch.tensor([0.3, 0.4, 0.2], dtype=torch.float32).mean().item()  # a float32 mean, as a Python float
+    assert not math.isclose(pooled, 0.3, rel_tol=1e-12) and core.close(pooled, 0.3, abs_tol=1e-12)
+    assert not core.close(0.30000001, 0.3, abs_tol=1e-12)  # a float64 value off by 3e-8 is no rounding
 
 
 def test_keys_named_in_another_form():

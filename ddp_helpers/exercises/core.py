@@ -607,15 +607,23 @@ def is_float32(value: object) -> bool:
     return bool(items) and any(is_float32(v) for v in items)  # type: ignore[union-attr]
 
 
+def _float32_valued(value: object) -> bool:
+    """A Python float that a float32 computation gave (``tensor.item()`` of a float32 tensor): a non-zero value
+    that float32 holds exactly. A float64 result with a fractional part almost never is one."""
+    x = number(value) if isinstance(value, float) else None
+    return x is not None and math.isfinite(x) and x != int(x) and float(np.float32(x)) == x
+
+
 def rel_tol_for(value: object, rel_tol: float = REL_TOL) -> float:
-    """The relative tolerance for an answer: float32 answers get float32's."""
-    return max(rel_tol, F32_REL_TOL) if is_float32(value) else rel_tol
+    """The relative tolerance for an answer: float32 answers (float32 arrays and tensors, and Python floats that
+    a float32 computation gave) get float32's."""
+    return max(rel_tol, F32_REL_TOL) if is_float32(value) or _float32_valued(value) else rel_tol
 
 
 def abs_tol_for(value: object, abs_tol: float = 0.0) -> float:
     """The absolute tolerance for an answer: float32 answers get at least ATOL (a float32 sum of values of
     size ~1 rounds at ~1e-7 each)."""
-    return max(abs_tol, ATOL) if is_float32(value) and abs_tol > 0 else abs_tol
+    return max(abs_tol, ATOL) if (is_float32(value) or _float32_valued(value)) and abs_tol > 0 else abs_tol
 
 
 def close(value: object, truth: float, rel_tol: float = REL_TOL, abs_tol: float = 0.0) -> bool:

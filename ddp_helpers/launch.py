@@ -13,6 +13,15 @@ watchdog starts.
 The command printed before a launch is derived from the one that runs
 (:class:`LaunchPlan`), less the flags the launcher adds for itself.
 
+Every launch records its provenance: the script's absolute path and the sha256 of its content at launch,
+when it started and ended, its world size and script arguments (on the :class:`LaunchResult`), and the
+results that ``torchrun`` returned are kept in a process-local registry (:func:`is_registered_launch`), so
+a hand-typed or copied ``LaunchResult`` is recognisably not a launch. After every launch, ok or failed, the
+same record is written as JSON into the run's output (:func:`output_targets`): ``.launch.json`` in each
+folder the script's arguments name, ``.<file>.launch.json`` beside each file argument the launch wrote, and
+``.launch.json`` in the folder of a script's argparse ``--out`` default when the launch did not pass it.
+The exercise checks read them (:mod:`ddp_helpers.exercises.provenance`).
+
 In a notebook, these errors' tracebacks show the learner's cell and the failing rank's
 traceback, not this module's frames: ``torchrun`` registers an IPython handler for its own
 exception types (see :func:`ddp_helpers.tracebacks.install_traceback_filter`). The live view leaves out torchrun's
@@ -21,6 +30,8 @@ OMP_NUM_THREADS notice (:func:`is_omp_notice`); it stays in ``LaunchResult.agent
 
 from __future__ import annotations
 
+import ast
+import hashlib
 import json
 import os
 import queue
@@ -33,6 +44,7 @@ import sys
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -79,6 +91,7 @@ class LaunchError(RuntimeError):
     """The launch itself failed (a node agent died, the run timed out)."""
 
     started: float | None = None  # time.time() when the launch began (set by torchrun)
+    result: LaunchResult | None = None  # what the ranks printed, with the launch's provenance (set by torchrun)
 
 
 # What libstdc++ prints when gloo's exit abort kills a rank (SIGABRT, exit code -6): see WorkerFailed.exit_abort.
@@ -137,6 +150,161 @@ class LaunchResult:
     seconds: float = 0.0
     agent_log: list[str] = field(default_factory=list)  # torchrun's own lines (no rank prefix)
     started: float = 0.0  # time.time() when the launch began: files it wrote are newer
+    # provenance, set by torchrun (a hand-made result keeps these defaults; see is_registered_launch)
+    script: str = ""         # the worker script's absolute path
+    sha256: str = ""         # the sha256 of the script's content when the launch began
+    ended: float = 0.0       # time.time() when the launch ended
+    nproc: int = 0           # processes per node
+    nnodes: int = 0          # (simulated) nodes
+    args: list[str] = field(default_factory=list)  # the worker script's arguments
+    launcher: str = ""       # "ddp_helpers.launch.torchrun" for a launch of this series' launcher
+    ok: bool = False         # every rank exited with code 0
+
+    def provenance(self) -> dict[str, object]:
+        """The launch's record, as written to ``.launch.json``."""
+        return {"script": self.script, "script_name": Path(self.script).name if self.script else "",
+                "sha256": self.sha256, "started": self.started, "ended": self.ended, "nproc": self.nproc,
+                "nnodes": self.nnodes, "args": list(self.args), "ok": self.ok}
+
+
+LAUNCHER = "ddp_helpers.launch.torchrun"
+PROVENANCE_FILE = ".launch.json"
+# the results torchrun() returned (or attached to its errors) in this process, by id; a copy or a
+# hand-made LaunchResult is not here, and an entry goes when its result is garbage-collected
+_LAUNCHES: weakref.WeakValueDictionary[int, LaunchResult] = weakref.WeakValueDictionary()
+
+
+def is_registered_launch(value: object) -> bool:
+    """``value`` is a result that :func:`torchrun` itself made in this process (not typed, copied or unpickled)."""
+    return isinstance(value, LaunchResult) and _LAUNCHES.get(id(value)) is value
+
+
+def _register(result: LaunchResult) -> LaunchResult:
+    _LAUNCHES[id(result)] = result
+    return result
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The hex sha256 of a file's bytes ("" when it cannot be read)."""
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return ""
+
+
+def sidecar(path: str | os.PathLike) -> Path:
+    """Where the provenance of a launch that wrote the file ``path`` is kept: ``.<name>.launch.json`` beside it."""
+    path = Path(path)
+    return path.parent / f".{path.name}{PROVENANCE_FILE}"
+
+
+_OUT_OPTION_RE = re.compile(r"^--out(put)?([-_]?dir)?$")
+
+
+def _argparse_out_default(script: Path) -> tuple[list[str], str] | None:
+    """(the option's spellings, its default) of an ``--out``/``--out-dir``/``--output`` argparse option with a
+    literal string default in ``script``, else None."""
+    try:
+        tree = ast.parse(script.read_text())
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument"):
+            continue
+        names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        default = next((k.value.value for k in node.keywords if k.arg == "default"
+                        and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str)), None)
+        if default and any(_OUT_OPTION_RE.match(n) for n in names):
+            return names, default
+    return None
+
+
+def output_targets(script: Path, script_args: Sequence[str], cwd: Path, started: float) -> list[Path]:
+    """The provenance files a launch writes (see the module's docstring), for a launch run in ``cwd``:
+
+    - ``DIR/.launch.json`` for each script argument (or the value of ``--flag=value``) naming an existing
+      folder, except the launch's folder itself and the folders above it;
+    - ``.<name>.launch.json`` beside each argument naming a file written since ``started`` (an output file
+      in a folder shared with other launches, e.g. runs/10_performance/sweep.json);
+    - the fallback for workers whose output folder is an argparse default: when the script declares
+      ``--out`` (``--out-dir``, ``--output``) with a literal string default and the launch does not pass
+      that option, ``.launch.json`` in that default folder if it exists after the launch.
+    """
+    cwd = cwd.resolve()
+    above = {cwd, *cwd.parents}
+    values = [a.split("=", 1)[1] if a.startswith("-") and "=" in a else a for a in script_args]
+    option = _argparse_out_default(script)
+    if option is not None and not any(a.split("=", 1)[0] in option[0] for a in script_args):
+        values.append(option[1])
+    targets: list[Path] = []
+    for value in values:
+        if not value or value.startswith("-"):
+            continue
+        path = Path(value) if Path(value).is_absolute() else cwd / value
+        try:
+            if path.is_dir() and path.resolve() not in above:
+                target = path / PROVENANCE_FILE
+            elif path.is_file() and path.stat().st_mtime >= started:
+                target = sidecar(path)
+            else:
+                continue
+        except OSError:
+            continue
+        if target not in targets:
+            targets.append(target)
+    return targets
+
+
+def write_provenance(target: Path, record: Mapping[str, object]) -> bool:
+    """Write the record as JSON to ``target`` atomically (a temporary file, then os.replace); False when the
+    folder cannot be written (a launch never fails for its record)."""
+    tmp = target.parent / f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        tmp.write_text(json.dumps(dict(record), indent=1) + "\n")
+        os.replace(tmp, target)
+        return True
+    except OSError:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        return False
+
+
+def _finish(result: LaunchResult, ok: bool, cwd: str | os.PathLike | None) -> None:
+    """Close the launch's record: its end, its outcome, the registry and the provenance files."""
+    if not result.ended:
+        result.ended = time.time()
+    result.ok = ok
+    _register(result)
+    for target in output_targets(Path(result.script), result.args, Path(cwd or os.getcwd()), result.started):
+        write_provenance(target, result.provenance())
+
+
+def _launch_for_tests(script: str | os.PathLike, nproc: int = 2, stdout: Mapping[int, list[str]] | None = None, *,
+                      args: Sequence[Arg] = (), nnodes: int = 1, torchrun_args: Sequence[str] = (),
+                      started: float | None = None, ended: float | None = None, seconds: float = 1.0,
+                      stderr: Mapping[int, list[str]] | None = None, ok: bool = True,
+                      outputs: bool = False, cwd: str | os.PathLike | None = None) -> LaunchResult:
+    """FOR TESTS ONLY: a registered LaunchResult with the provenance ``torchrun`` would record for ``script``
+    (its path and current sha256), without running anything. ``outputs=True`` also writes the provenance
+    files into the run's output as a real launch does (see :func:`output_targets`). Never used by the series."""
+    path = Path(script).resolve()
+    script_args = _check_arg_list("args", list(args))
+    now = time.time()
+    started = now - seconds if started is None else started
+    result = LaunchResult(command=LaunchPlan.make(script, nproc, nnodes, list(torchrun_args), script_args).shown,
+                          stdout={int(k): list(v) for k, v in (stdout or {}).items()},
+                          stderr={int(k): list(v) for k, v in (stderr or {}).items()}, seconds=seconds,
+                          started=started, script=str(path), sha256=file_sha256(path),
+                          ended=started + seconds if ended is None else ended, nproc=nproc, nnodes=nnodes,
+                          args=script_args, launcher=LAUNCHER, ok=ok)
+    _register(result)
+    if outputs:
+        for target in output_targets(path, script_args, Path(cwd or os.getcwd()), 0.0):
+            write_provenance(target, result.provenance())
+    return result
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -417,11 +585,12 @@ def torchrun(
     shown_env = {SHARE_STORE_SWITCH: env[SHARE_STORE_SWITCH]} if SHARE_STORE_SWITCH in env else {}
     plan = LaunchPlan.make(script, nproc, nnodes, torchrun_args, script_args, shown_env)
     print(f"$ {plan.shown}", flush=True)
+    sha256 = file_sha256(path)  # the content that runs: read before any rank starts
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="ddp_failures_") as failures_dir:  # removed on every path
         try:
             return _run(plan, path, nproc, nnodes, script_args, env, caller_env, torchrun_args, timeout,
-                        live_mode, summary, failures_dir, started, cwd)
+                        live_mode, summary, failures_dir, started, cwd, sha256)
         except LaunchError as err:
             err.started = started
             raise
@@ -429,7 +598,7 @@ def torchrun(
 
 def _run(plan: LaunchPlan, path: Path, nproc: int, nnodes: int, script_args: list[str], env: dict[str, str],
          caller_env: dict[str, str], torchrun_args: list[str], timeout: float, live_mode: str, summary: bool,
-         failures_dir: str, started: float, cwd: str | os.PathLike | None = None) -> LaunchResult:
+         failures_dir: str, started: float, cwd: str | os.PathLike | None = None, sha256: str = "") -> LaunchResult:
     """Start the plan's agents, stream their output, and return or raise as torchrun() says."""
     __tracebackhide__ = True
     shown = plan.shown
@@ -454,7 +623,8 @@ def _run(plan: LaunchPlan, path: Path, nproc: int, nnodes: int, script_args: lis
     q: queue.Queue = queue.Queue()
     procs = []
     watchdog = None
-    result = LaunchResult(command=shown, started=started)
+    result = LaunchResult(command=shown, started=started, script=str(path.resolve()), sha256=sha256, nproc=nproc,
+                          nnodes=nnodes, args=list(script_args), launcher=LAUNCHER)
     agent_log: list[str] = []
     start = time.monotonic()
     try:
@@ -498,19 +668,26 @@ def _run(plan: LaunchPlan, path: Path, nproc: int, nnodes: int, script_args: lis
                     "were terminated. Raise timeout= for longer runs.") from None
     except KeyboardInterrupt:
         terminate(procs)
+        _finish(result, False, cwd)
         # a new exception, so the traceback ends here and not in queue.get's wait
         raise LaunchStopped(f"stopped: all {nproc * nnodes} ranks terminated") from None
-    except BaseException:
+    except BaseException as err:
         terminate(procs)
+        _finish(result, False, cwd)
+        if isinstance(err, LaunchError):
+            err.result = result
         raise
     finally:
         stop_watchdog(watchdog)
         result.seconds = time.monotonic() - start
         result.agent_log = agent_log
     codes = [p.returncode for p in procs]
+    _finish(result, not any(codes), cwd)
     _record_launch(path, nproc, nnodes, script_args, caller_env, torchrun_args, timeout, codes)
     if any(codes):
-        raise _failure(result, "".join(agent_log), shown, codes, failures_dir)
+        failure = _failure(result, "".join(agent_log), shown, codes, failures_dir)
+        failure.result = result
+        raise failure
     if summary:
         print_summary(result)
     return result

@@ -19,6 +19,7 @@ import sys
 import textwrap
 import traceback
 import typing
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,6 +32,7 @@ from torch import nn
 from torch.utils.data import DistributedSampler
 
 from ddp_helpers import exercises, series
+from ddp_helpers.launch import _launch_for_tests
 from ddp_helpers.perf import timing
 from ddp_helpers.ring import simulate_ring
 from ddp_helpers.sharding import zero_formula
@@ -90,10 +92,15 @@ def lesson_folder(tmp_path, monkeypatch, files: dict) -> dict:
     """A fake notebook folder (the running notebook's, JPY_SESSION_NAME) holding the runs ``files``."""
     for relative, value in files.items():
         put(tmp_path, relative, value)
+        if relative in LESSON_SCRIPTS:  # the record the lesson's launch writes beside its output
+            _launch_for_tests(Path("scripts") / LESSON_SCRIPTS[relative], 2, args=[str(tmp_path / relative)],
+                              outputs=True)
     monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "notebook.ipynb"))
     return files
 
 
+LESSON_SCRIPTS = {"runs/10_performance/sweep.json": "10_allreduce_sizes.py",
+                  "runs/10_performance/controls.json": "10_step_controls.py"}
 LESSON_WIDTH = 8
 SWEEP = {"bytes": [4096, 16384, 65536], "seconds": [2e-5 + 1e-10 * n for n in (4096, 16384, 65536)], "correct": True}
 
@@ -368,11 +375,14 @@ def test_messages_never_hold_the_launch_answers():
         assert not re.search(rf'(?:what|hint)[^\n]*{re.escape(answer)}', source)
 
 
-def test_03_scripts_are_read_as_code_not_text(tmp_path):
-    """A docstring that mentions the guard or @record does not count as using them."""
+def test_03_scripts_are_read_as_code_not_text(tmp_path, monkeypatch):
+    """A docstring that mentions the guard or @record does not count as using them. The scripts are the
+    learner's, in the scripts/ folder beside the notebook (here the working directory)."""
     import subprocess
 
-    no_guard = tmp_path / "03_ex_no_guard.py"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "scripts").mkdir()
+    no_guard = tmp_path / "scripts" / "03_ex_no_guard.py"
     no_guard.write_text('"""mp.spawn without the __main__ guard."""\nimport torch.multiprocessing as mp\n\n\n'
                         'def worker(index):\n    print(index)\n\n\nmp.spawn(worker, nprocs=1)\n')
     ran = subprocess.CompletedProcess(["python", str(no_guard)], 1, stdout="",
@@ -381,7 +391,7 @@ def test_03_scripts_are_read_as_code_not_text(tmp_path):
     no_guard.write_text(no_guard.read_text().replace("mp.spawn(", 'if __name__ == "__main__":\n    mp.spawn('))
     no_answer_in(failure(exercises.check_03_1, no_guard=ran, script=no_guard))
 
-    bare = tmp_path / "03_ex_no_record.py"
+    bare = tmp_path / "scripts" / "03_ex_no_record.py"
     bare.write_text('"""The same worker without @record."""\n\n\ndef main():\n    raise ValueError("x")\n')
     failed = subprocess.CompletedProcess(["python", "-m", "torch.distributed.run", "--nproc-per-node=1", str(bare)], 1,
                                          stdout="", stderr="Root Cause\n error_file: <N/A>\n")

@@ -1,7 +1,11 @@
 """Every check against wrong answers (refused with a hint, never a crash) and right answers in other valid
 forms (accepted): issue 23's cases. Launch checks get fake launch results whose commands name real
 scripts (the notebooks' own solutions, or wrong ones written here); tests/test_exercises_launches.py
-adds one real launch of a wrong script per notebook with launch exercises.
+adds one real launch of a wrong script per notebook with launch exercises. A fake launch is registered as
+torchrun's own (ddp_helpers.launch._launch_for_tests, for tests only) with the script's provenance, and each
+case runs from the learner folder that holds its scripts/ (the fake scripts live in TMP/<variant>/scripts/),
+as a notebook beside its own scripts/ would; tests/test_exercises_provenance.py covers stale, copied and
+foreign launches.
 
 Each case is (exercise id, a label, the keyword arguments); ``RIGHT`` cases must print
 ``✓ Exercise NN.k: correct``, ``WRONG`` cases must raise CheckFailed naming the exercise, with a hint.
@@ -11,7 +15,10 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import math
+import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -26,7 +33,9 @@ from torch import nn
 
 from ddp_helpers import exercises
 from ddp_helpers.exercises import nb10
-from ddp_helpers.launch import LaunchResult, WorkerFailed
+from ddp_helpers.exercises.core import find_file
+from ddp_helpers.exercises.provenance import launch_of
+from ddp_helpers.launch import WorkerFailed, _launch_for_tests
 from ddp_helpers.series import NOTEBOOK_DIR
 from ddp_helpers.sharding import zero_formula
 
@@ -34,25 +43,52 @@ SCRIPTS = NOTEBOOK_DIR / "scripts"
 
 
 def launch(script, nproc, stdout, *, flags="", args="", nnodes=1):
-    """A fake LaunchResult of ``script`` (an absolute path) as torchrun(...) records it."""
-    nodes = f"--nnodes={nnodes} --rdzv-backend=c10d " if nnodes > 1 else "--standalone "
-    sep = f" -- {script} {args}" if args else f" {script}"
-    return LaunchResult(command=f"torchrun {nodes}--nproc-per-node={nproc} {flags}".rstrip() + sep,
-                        stdout=stdout, seconds=1.0)
+    """A fake launch of ``script`` (an absolute path, or one relative to a notebook folder) as torchrun(...)
+    records it: registered, with the script's provenance as it is now."""
+    path = find_file(script) or Path(script)
+    return _launch_for_tests(path, nproc, stdout, args=shlex.split(args), torchrun_args=flags.split(),
+                             nnodes=nnodes)
 
 
 def write(tmp, name, text):
-    path = Path(tmp) / name
+    """A file in the learner folder ``tmp``'s scripts/, where a notebook's %%writefile cell puts it."""
+    path = Path(tmp) / "scripts" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
 
 
+def _learner_folder(kwargs):
+    """The folder whose scripts/ holds the script a case's launch or process ran (None: the series' own)."""
+    for value in kwargs.values():
+        launch_ = launch_of(value)
+        named = [launch_.script] if launch_ is not None else \
+            [str(a) for a in getattr(value, "args", ()) or () if str(a).endswith(".py")] \
+            if isinstance(value, subprocess.CompletedProcess) else []
+        for path in map(Path, named):
+            if path.is_absolute() and path.parent.name == "scripts" and path.is_relative_to(TMP):
+                return path.parent.parent
+    return None
+
+
+@contextlib.contextmanager
+def _inside(folder):
+    before = Path.cwd()
+    if folder is not None:
+        os.chdir(folder)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
 def run_case(exid, kwargs):
-    """Call the check; ``_three`` becomes a name of this frame, where check 09.2 looks for the launch (as it
-    looks in a notebook's namespace)."""
+    """Call the check from the case's learner folder; ``_three`` becomes a name of this frame, where check
+    09.2 looks for the launch (as it looks in a notebook's namespace)."""
     kwargs = dict(kwargs)
     three = kwargs.pop("_three", None)  # noqa: F841
-    return exercises.CHECKS[exid](**kwargs)
+    with _inside(_learner_folder({**kwargs, "_three": three})):
+        return exercises.CHECKS[exid](**kwargs)
 
 
 def refused(exid, kwargs):
@@ -114,12 +150,14 @@ def torchrun_proc(script, code=1, stderr=ROOT_NA):
                 code, stderr)
 
 
-def failed(command, exitcode=3):
-    return WorkerFailed(0, exitcode, "tail", command)
+def failed(script=None, exitcode=3, flags=("--max-restarts=2",)):
+    """The WorkerFailed a launch of ``script`` (the exercise's, by default) raises, carrying its registered launch."""
+    result = _launch_for_tests(find_file(script or ALWAYS) or Path(script or ALWAYS), 1, {},
+                               args=["runs/03_launching/attempts.txt"], torchrun_args=list(flags), ok=False)
+    return WorkerFailed(0, exitcode, "tail", result.command, result=result)
 
 
 ALWAYS = "scripts/03_ex_always_fails.py"
-RESTARTS = f"torchrun --standalone --nproc-per-node=1 --max-restarts=2 -- {ALWAYS} runs/03_launching/attempts.txt"
 
 # --- in-process context -----------------------------------------------------------------------------
 
@@ -292,8 +330,8 @@ RIGHT = {
     "03.1": [dict(no_guard=proc([sys.executable, str(NO_GUARD)], 1, BOOT)),
              dict(no_guard=proc((sys.executable, str(NO_GUARD)), 1, "x\n" + BOOT), script=NO_GUARD)],
     "03.2": [dict(bare=torchrun_proc(NO_RECORD)), dict(bare=torchrun_proc(ONLY_DECORATOR))],
-    "03.3": [dict(counts=["0", "1", "2"], caught=failed(RESTARTS)),
-             dict(counts=(0, 1, 2), caught=failed(RESTARTS.replace("--max-restarts=2", "--max_restarts 2")))],
+    "03.3": [dict(counts=["0", "1", "2"], caught=failed()),
+             dict(counts=(0, 1, 2), caught=failed(flags=("--max_restarts", "2")))],
     "04.1": [dict(unused=["head_b.bias", "head_b.weight"]), dict(unused=("head_b.weight", "head_b.bias"))],
     "04.2": [dict(ddp_like=PLAIN, weighted=WEIGHTED, model=M4, x=X4, y=Y4),
              dict(ddp_like=tuple(p.numpy() for p in PLAIN), weighted=[w.double() for w in WEIGHTED],
@@ -385,11 +423,11 @@ WRONG = {
              ("no Root Cause", dict(bare=torchrun_proc(NO_RECORD, stderr="ValueError"))),
              ("worker error in the block", dict(bare=torchrun_proc(NO_RECORD, stderr="Root Cause\n error_file: x\n"
                                                                    "learning rate must be positive")))],
-    "03.3": [("no --max-restarts", dict(counts=["0", "1", "2"], caught=failed(RESTARTS.replace(" --max-restarts=2", "")))),
-             ("one start", dict(counts=["0"], caught=failed(RESTARTS))),
-             ("exit code 1", dict(counts=["0", "1", "2"], caught=failed(RESTARTS, exitcode=1))),
-             ("another script", dict(counts=["0", "1", "2"], caught=failed(RESTARTS.replace(ALWAYS, "scripts/x.py")))),
-             ("a string", dict(counts="012", caught=failed(RESTARTS))),
+    "03.3": [("no --max-restarts", dict(counts=["0", "1", "2"], caught=failed(flags=()))),
+             ("one start", dict(counts=["0"], caught=failed())),
+             ("exit code 1", dict(counts=["0", "1", "2"], caught=failed(exitcode=1))),
+             ("another script", dict(counts=["0", "1", "2"], caught=failed("scripts/00_fail.py"))),
+             ("a string", dict(counts="012", caught=failed())),
              ("not the failure", dict(counts=["0", "1", "2"], caught=RuntimeError("x")))],
     "04.1": [("one name", dict(unused=["head_b.weight"])), ("joined string", dict(unused="head_b.bias, head_b.weight")),
              ("a duplicate", dict(unused=["head_b.bias", "head_b.weight", "head_b.bias"])),

@@ -20,7 +20,7 @@ from exercise_calls import notebook_in, refused_text  # tests/ is on sys.path
 
 from ddp_helpers import exercises
 from ddp_helpers.exercises.nb00 import PLAIN_KEYS
-from ddp_helpers.launch import LaunchResult
+from ddp_helpers.launch import LaunchResult, _launch_for_tests
 from ddp_helpers.series import NOTEBOOK_DIR
 
 TMP = Path(tempfile.mkdtemp(prefix="exercise_nb00_"))
@@ -80,21 +80,39 @@ WRONG_SCRIPTS = {
 }
 
 
-def conversion(name: str, text: str, *, keys=PLAIN_KEYS, stale: bool = False, started: float | None = None,
+def conversion(name: str, text: str, *, keys=PLAIN_KEYS, stale: bool = False, typed: bool = False,
                script_name: str = "00_ex_ddp.py") -> dict:
-    """A folder with the script and the model.pt its (fake) launch wrote; the check's keyword arguments."""
+    """A learner folder with scripts/<script_name> and the model.pt its (fake, registered) launch wrote; the check's
+    keyword arguments, and ``_folder`` (the notebook's folder, where the check runs). ``stale``: the script
+    was edited after its launch; ``typed``: the result is a LaunchResult typed by hand, not a launch's."""
     folder = TMP / name.replace(" ", "_").replace(",", "")
     (folder / "out").mkdir(parents=True, exist_ok=True)
-    script = folder / script_name
+    (folder / "scripts").mkdir(exist_ok=True)
+    script = folder / "scripts" / script_name
     script.write_text(text)
-    launched = time.time() + 1.0 if started is None else started  # the launch began after the script was written
-    if stale:  # the script was written again after its launch
-        os.utime(script, (launched + 5, launched + 5))
+    launched = time.time() + 1.0  # the launch began after the script was written
     torch.save({k: torch.zeros(1) for k in keys}, folder / "out" / "model.pt")
     os.utime(folder / "out" / "model.pt", (launched + 2, launched + 2))
-    result = LaunchResult(command=f"torchrun --standalone --nproc-per-node=2 -- {script} {folder / 'out'}",
-                          stdout={0: ["epoch 3: last batch loss 0.7"]}, seconds=5.0, started=launched)
-    return dict(converted=result)
+    stdout = {0: ["epoch 3: last batch loss 0.7"]}
+    if typed:
+        result = LaunchResult(command=f"torchrun --standalone --nproc-per-node=2 -- {script} {folder / 'out'}",
+                              stdout=stdout, seconds=5.0, started=launched)
+    else:
+        result = _launch_for_tests(script, 2, stdout, args=[str(folder / "out")], started=launched, seconds=5.0)
+    if stale:  # the script was edited after its launch
+        script.write_text(text + "# edited after the launch\n")
+    return dict(converted=result, _folder=folder)
+
+
+def call_00_4(kwargs: dict) -> None:
+    """The check, run from the case's notebook folder (its scripts/ is the learner's)."""
+    kwargs = dict(kwargs)
+    here = Path.cwd()
+    os.chdir(kwargs.pop("_folder"))
+    try:
+        exercises.check_00_4(**kwargs)
+    finally:
+        os.chdir(here)
 
 
 RIGHT00 = [conversion("solution", SOLUTION), conversion("with the runtime helper", WITH_HELPER)]
@@ -103,7 +121,7 @@ WRONG00.update({
     "the module. prefix in model.pt": conversion("prefix", SOLUTION, keys=[f"module.{k}" for k in PLAIN_KEYS]),
     "a stale run: the script changed after its launch": conversion("stale", SOLUTION, stale=True),
     "a launch of another script": conversion("other", SOLUTION, script_name="my_ddp.py"),
-    "a hand-typed result (no launch time)": conversion("typed", SOLUTION, started=0.0),
+    "a hand-typed result": conversion("typed", SOLUTION, typed=True),
 })
 
 
@@ -115,7 +133,7 @@ def lesson():
 
 @pytest.mark.parametrize("i", range(len(RIGHT00)))
 def test_right_conversions_in_either_style_pass(i, capsys):
-    exercises.check_00_4(**RIGHT00[i])
+    call_00_4(RIGHT00[i])
     assert capsys.readouterr().out == "✓ Exercise 00.4: correct\n"
 
 
@@ -123,8 +141,9 @@ def test_right_conversions_in_either_style_pass(i, capsys):
 SAYS = {"the plain script, unchanged": "init_process_group", "no DDP wrap": "no DistributedDataParallel",
         "no DistributedSampler": "the same", "the global batch doubled": "batches of [24]",
         "every rank saves": "each wrote", "no set_epoch": "same order", "the module. prefix in model.pt": "module.",
-        "a stale run: the script changed after its launch": "changed after",
-        "a launch of another script": "did not run", "a hand-typed result (no launch time)": "not a launch"}
+        "a stale run: the script changed after its launch": "after launching it",
+        "a launch of another script": "is a launch of my_ddp.py",
+        "a hand-typed result": "not a result that `torchrun(...)` returned"}
 
 
 def test_every_wrong_case_says_what_it_shows():
@@ -133,7 +152,7 @@ def test_every_wrong_case_says_what_it_shows():
 
 @pytest.mark.parametrize("label", list(WRONG00))
 def test_wrong_conversions_fail_with_a_hint_that_says_what_the_ranks_did(label):
-    text = refused_text("00.4", lambda: exercises.check_00_4(**WRONG00[label]))
+    text = refused_text("00.4", lambda: call_00_4(WRONG00[label]))
     assert SAYS[label] in text, text
 
 

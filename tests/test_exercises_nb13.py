@@ -3,6 +3,7 @@ values, the checks' own reference, answers off by one) with a hint that does not
 ``RIGHT13`` and ``WRONG13`` have the shape of tests/test_exercises_cases.py's RIGHT and WRONG."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ import torch
 
 from ddp_helpers import exercises
 from ddp_helpers.exercises import nb13
+from ddp_helpers.launch import _launch_for_tests
 from ddp_helpers.pipeline import measured_bubble
 
 
@@ -84,6 +86,7 @@ def lesson(monkeypatch, tmp_path):
     run = tmp_path / "runs/13_pipeline/schedules"
     run.mkdir(parents=True)
     (run / "results.json").write_text(json.dumps({"runs": {"GPipe": [{"events": evs} for evs in TL]}}))
+    _launch_for_tests(Path("scripts/13_schedules.py"), 2, args=[str(run)], outputs=True)  # the launch's record
     monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "13_pipeline_parallelism.ipynb"))
     return tmp_path
 

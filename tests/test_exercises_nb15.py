@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from exercise_calls import refused_text  # tests/ is on sys.path
 
 from ddp_helpers import exercises
 from ddp_helpers.experts import MoE, capacity, route, tokens
+from ddp_helpers.launch import _launch_for_tests
 from ddp_helpers.planner import Layout, ModelSpec, plan
 
 # 15.1, from the library's router (not the check's private reference): 64 tokens, seed 7; router seed 3
@@ -75,6 +77,7 @@ def lesson(monkeypatch, tmp_path):
     run = tmp_path / "runs/15_experts/traffic"
     run.mkdir(parents=True)
     (run / "results.json").write_text(json.dumps([{"uneven": {"flow": row}} for row in FLOW]))
+    _launch_for_tests(Path("scripts/15_traffic.py"), 4, args=[str(run)], outputs=True)  # the launch's record
     monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "15_expert_parallelism.ipynb"))
     return tmp_path
 

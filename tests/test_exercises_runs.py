@@ -9,6 +9,9 @@ written with independent references: torch's own implementations (DDP's Reducer,
 plain forward passes, and values worked out by hand; never a check's private reference. Every check gets
 wrong answers it refuses (one of them a copy-through: the keyword the old signature took, or a run that
 is absent) and right answers in other valid forms; and the hint for a name the lesson did not define.
+Each fake run also holds the record the lesson's launch writes (``.launch.json``, by
+ddp_helpers.launch._launch_for_tests): tests/test_exercises_provenance.py covers runs that another launch
+overwrote. 09.4's launch is a registered fake launch failure of a learner's scripts/ folder.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from torch.utils.data import DataLoader
 from ddp_helpers import exercises, series
 from ddp_helpers.evaluation import EarlyStopping, EvalResult
 from ddp_helpers.exercises import core, nb04, nb10, nb11
-from ddp_helpers.launch import WorkerFailed
+from ddp_helpers.launch import WorkerFailed, _launch_for_tests
 from ddp_helpers.models import square_mlp
 from ddp_helpers.perf import timing
 from ddp_helpers.sharding import make_stack
@@ -44,6 +47,19 @@ atexit.register(shutil.rmtree, TMP, ignore_errors=True)
 LESSON, EMPTY, ODD = TMP / "lesson", TMP / "empty_lesson", TMP / "odd_lesson"  # a run, none, a run that differs
 for folder in (LESSON, EMPTY, ODD):
     folder.mkdir()
+
+
+def lesson_record(folder, relative, script, nproc=2):
+    """The record the lesson's launch of scripts/``script`` leaves in its run ``relative`` (a folder or an
+    output file) under ``folder``, as torchrun(...) writes it after the launch."""
+    return _launch_for_tests(Path("scripts") / script, nproc, args=[str(folder / relative)], outputs=True)
+
+
+# the lesson launches' records of the runs below (written after them, at the end of this module's set-up)
+RECORDS = [("runs/05_checkpoints/save_load", "05_save_load.py", 2), ("runs/07_eval_earlystop", "07_eval_earlystop.py", 2),
+           ("runs/10_performance/controls.json", "10_step_controls.py", 2),
+           ("runs/10_performance/sweep.json", "10_allreduce_sizes.py", 2),
+           ("runs/11_sharding/zero", "11_zero.py", 2), ("runs/11_sharding/fsdp2", "11_fsdp2.py", 2)]
 
 
 # --- 04.3: DDP's own buckets; the truth needs no run -----------------------------------------------
@@ -167,10 +183,12 @@ with distributed() as ctx:
 
 
 def barrier_case(name, source, stale=False, marker=True):
-    """(script, out folder) of a 09.4 run: the marker written after the script (before it when stale)."""
+    """(script, out folder) of a 09.4 run in a learner folder of its own (the script in its scripts/): the marker
+    written after the script (before it when stale)."""
     folder = TMP / "09" / name
     (folder / "out").mkdir(parents=True, exist_ok=True)
-    script = folder / "09_barrier_then_mismatch.py"
+    (folder / "scripts").mkdir(exist_ok=True)
+    script = folder / "scripts" / "09_barrier_then_mismatch.py"
     script.write_text(source)
     if marker:
         (folder / "out" / "barrier_passed.txt").write_text("every rank reached it")
@@ -178,18 +196,17 @@ def barrier_case(name, source, stale=False, marker=True):
     return script, folder / "out"
 
 
-def barrier_failure(case, nproc=2, out=None, spelled="--nproc-per-node={n}"):
+def barrier_failure(case, nproc=2, out=None, start=-1.0, end=3.3):
     """What launch_failure returns first for a launch of the case's script (a function: a module-level
-    failure would be in every check's calling namespace)."""
+    failure would be in every check's calling namespace): a WorkerFailed carrying its registered launch, which
+    started ``start`` seconds after the marker was written (negative: before) and ended ``end`` seconds
+    after it (the script's time when there is no marker)."""
     script, folder = case
-    flag = spelled.format(n=nproc)
-    return WorkerFailed(1, 1, "tail", f"DDP_BACKEND=gloo torchrun --standalone {flag} -- {script} {out or folder}")
-
-
-def started_at(failure, seconds_after_marker):
-    """The failure with the launch's start time (time.time()) where a launcher records one: ``.started``."""
-    failure.started = (OK[1] / "barrier_passed.txt").stat().st_mtime + seconds_after_marker
-    return failure
+    marker = folder / "barrier_passed.txt"
+    at = marker.stat().st_mtime if marker.is_file() else script.stat().st_mtime
+    result = _launch_for_tests(script, nproc, {}, args=[str(out or folder)], started=at + start, ended=at + end,
+                               seconds=end - start, ok=False)
+    return WorkerFailed(1, 1, "tail", result.command, result=result)
 
 
 OK = barrier_case("ok", BARRIER_SRC)
@@ -198,6 +215,7 @@ NO_BARRIER = barrier_case("no_barrier", BARRIER_SRC.replace(
 RANK0_BARRIER = barrier_case("rank0", BARRIER_SRC.replace(
     "    dist.monitored_barrier(", "    if ctx.rank == 0:\n        dist.monitored_barrier("))
 STALE = barrier_case("stale", BARRIER_SRC, stale=True)
+STALE_START = STALE[0].stat().st_mtime - (STALE[1] / "barrier_passed.txt").stat().st_mtime  # the script's time
 NO_MARKER = barrier_case("no_marker", BARRIER_SRC, marker=False)
 TEN_S = barrier_case("ten_seconds", BARRIER_SRC.replace('float(os.environ["HANG_TIMEOUT_S"])', "10"))
 (LESSON / "runs/09_debugging").mkdir(parents=True)
@@ -278,6 +296,11 @@ with torch.no_grad():
 C12, C123 = dict(dense=DENSE, x=X12), dict(dense=DENSE, x=X12, y=Y12)
 OFF = 5e-5  # float32's rounding on values of size ~1 is ~1e-7: 5e-5 is a wrong answer, not a rounding
 
+for _folder in (LESSON, ODD):  # what the lesson's launches leave beside their runs
+    for _relative, _script, _nproc in RECORDS:
+        lesson_record(_folder, _relative, _script, _nproc)
+lesson_record(SWEEP_ONLY, "runs/10_performance/sweep.json", "10_allreduce_sizes.py")
+
 # --- the cases ---------------------------------------------------------------------------------------------
 RIGHT = {
     "10.1": [dict(one_message=ONE_MESSAGE, per_tensor=PER_TENSOR),
@@ -290,9 +313,9 @@ RIGHT = {
     "07.4": [dict(parts=parts(), pooled_acc=CORRECT / 359),
              dict(parts={2: parts()[2], 0: parts()[0], 1: parts()[1]}, pooled_acc=np.float32(CORRECT / 359))],
     "09.4": [dict(seconds=3.4, _late=lambda: barrier_failure(OK)),
-             dict(seconds=np.float64(4.0), _late=lambda: barrier_failure(OK, spelled="--nproc_per_node {n}")),
+             dict(seconds=np.float64(4.0), _late=lambda: barrier_failure(OK, start=-0.1)),
              dict(seconds=torch.tensor(3.5), _late=lambda: barrier_failure(OK, out="runs/09_debugging")),
-             dict(seconds=3.4, _late=lambda: started_at(barrier_failure(OK), -2))],
+             dict(seconds=13.4, _late=lambda: barrier_failure(OK, start=-10))],  # a slow start-up, then the hang
     "10.2": [dict(predict_buckets=reducer_count, predicted_buckets=dict(COUNTS)),
              dict(predict_buckets=lambda nb, cap: np.int64(reducer_count(nb, cap)),
                   predicted_buckets={0.5: np.int64(4), 8: torch.tensor(2), 32.0: 1})],
@@ -366,11 +389,13 @@ WRONG = {
              ("3 processes", dict(seconds=3.4, _late=lambda: barrier_failure(OK, nproc=3))),
              ("barrier deleted", dict(seconds=3.4, _late=lambda: barrier_failure(NO_BARRIER))),
              ("barrier on rank 0 only", dict(seconds=3.4, _late=lambda: barrier_failure(RANK0_BARRIER))),
-             ("marker left by an earlier run", dict(seconds=3.4, _late=lambda: barrier_failure(STALE))),
+             ("marker left by an earlier run", dict(seconds=3.4, _late=lambda: barrier_failure(
+                 STALE, start=STALE_START + 1, end=STALE_START + 5))),
              ("no marker", dict(seconds=3.4, _late=lambda: barrier_failure(NO_MARKER))),
              ("marker older than the launch's start", dict(seconds=3.4,
-                                                           _late=lambda: started_at(barrier_failure(OK), 100))),
-             ("no hang", dict(seconds=0.5, _late=lambda: barrier_failure(OK))),
+                                                           _late=lambda: barrier_failure(OK, start=100, end=104))),
+             ("no hang", dict(seconds=0.5, _late=lambda: barrier_failure(OK, start=-0.2, end=0.3))),
+             ("a slow start-up, no hang", dict(seconds=10.5, _late=lambda: barrier_failure(OK, start=-10, end=0.5))),
              ("shorter than the script's own timeout", dict(seconds=4.0, _late=lambda: barrier_failure(TEN_S))),
              ("a string", dict(seconds="3.4", _late=lambda: barrier_failure(OK)))],
     "10.2": [("copy-through: counts and a record that agree", dict(
@@ -432,9 +457,15 @@ def run_case(exid, kwargs):
     looks in a notebook's namespace); ``_lesson`` is the notebook's folder for this case."""
     kwargs = dict(kwargs)
     make_late, folder = kwargs.pop("_late", None), kwargs.pop("_lesson", LESSON)
-    late = make_late() if make_late else None  # noqa: F841
-    with notebook_in(folder):
-        return exercises.CHECKS[exid](**kwargs)
+    late = make_late() if make_late else None
+    here = Path.cwd()
+    if late is not None:  # the learner's scripts/ folder is the working directory, as a notebook's is
+        os.chdir(Path(late.result.script).parent.parent)
+    try:
+        with notebook_in(folder):
+            return exercises.CHECKS[exid](**kwargs)
+    finally:
+        os.chdir(here)
 
 
 def refused(exid, kwargs):
@@ -496,7 +527,8 @@ def test_runs_are_found_beside_the_notebook_not_in_the_working_directory(monkeyp
 def test_the_hang_timeout_comes_from_the_lesson_setting(monkeypatch):
     monkeypatch.setenv("NB09_HANG_TIMEOUT_S", "6")
     refused("09.4", dict(seconds=4.0, _late=lambda: barrier_failure(OK)))
-    run_case("09.4", dict(seconds=6.5, _late=lambda: barrier_failure(OK)))
+    refused("09.4", dict(seconds=6.5, _late=lambda: barrier_failure(OK)))  # the launch hung 3.3 s, not 6
+    run_case("09.4", dict(seconds=6.5, _late=lambda: barrier_failure(OK, start=-0.2, end=6.3)))
 
 
 def test_the_float32_tolerance_is_stated():

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from ddp_helpers.exercises.core import Answer, Exercise, calls, check, find_file, numbers
+from ddp_helpers.exercises.provenance import current_launch, learner_script, prints_no_literal, same_file
 from ddp_helpers.launch import LaunchResult
 
 
@@ -28,8 +29,8 @@ def _reduced(lines: list[str]) -> list[float]:
 def check_00_1(*, three: Answer[LaunchResult]) -> None:
     ex = Exercise("00.1")
     ex.given(three=three)
-    ex.launched("three", three, 3)
-    ex.script_of("three", three.command, "00_hello.py")
+    script = current_launch(ex, "three", three, "00_hello.py", nproc=3)
+    prints_no_literal(ex, ex.tree_of(script), [_hello_value(3)], "00_hello.py")
     ex.every_rank("three", three, 3)
     for rank in range(3):
         values = _reduced(three.stdout[rank])
@@ -57,10 +58,11 @@ def check_00_2(*, maxed: Answer[LaunchResult], script: str | Path = "scripts/00_
     """``script`` is not read: the script is the one the launch ran (kept for older check cells)."""
     ex = Exercise("00.2")
     ex.given(maxed=maxed)
-    ex.launched("maxed", maxed, 2)
-    path = ex.script_of("maxed", maxed.command, "00_max.py")
-    ex.require(_uses_max(ex.tree_of(path)), f"{path.name} does not all-reduce with `dist.ReduceOp.MAX`.",
+    path = current_launch(ex, "maxed", maxed, "00_max.py", nproc=2)
+    tree = ex.tree_of(path)
+    ex.require(_uses_max(tree), f"{path.name} does not all-reduce with `dist.ReduceOp.MAX`.",
                "pass `op=dist.ReduceOp.MAX` to `dist.all_reduce`.")
+    prints_no_literal(ex, tree, [_max_value(2)], path.name)
     ex.every_rank("maxed", maxed, 2)
     for rank in range(2):
         last = numbers(maxed.stdout[rank][-1])
@@ -82,6 +84,12 @@ def check_00_3(*, plain: Answer[subprocess.CompletedProcess]) -> None:
                not any("torch.distributed.run" in str(a) or Path(str(a)).name == "torchrun" for a in args),
                "`plain` did not run scripts/00_hello.py with plain python.",
                "run the worker script itself with `[sys.executable, \"scripts/00_hello.py\"]`, without torchrun.")
+    ran = find_file(next(str(a) for a in args if Path(str(a)).name == "00_hello.py"))
+    mine = learner_script("00_hello.py")
+    ex.require(ran is not None and mine is not None and same_file(ran, mine),
+               "`plain` ran a copy of 00_hello.py in another folder, not the scripts/00_hello.py beside this "
+               "notebook.",
+               "run the notebook's own script by its relative path: `[sys.executable, \"scripts/00_hello.py\"]`.")
     ex.require(plain.returncode != 0, "the process exited with code 0.",
                "run the worker script itself with `sys.executable`, without torchrun.")
     ex.require("Launch it with torchrun" in plain.stderr,
@@ -91,7 +99,8 @@ def check_00_3(*, plain: Answer[subprocess.CompletedProcess]) -> None:
 
 
 # --- 00.4: the learner's own conversion, judged by what DDP does ------------------------------------
-# The exercise's contract: scripts/00_ex_plain.py trains on SAMPLES samples for EPOCHS epochs with batches of
+# The exercise's contract: the plain script (notebooks/walkthrough/exercise_plain.py, which the learner converts
+# into scripts/00_ex_ddp.py) trains on SAMPLES samples for EPOCHS epochs with batches of
 # GLOBAL_BATCH and saves its model's state dict (these keys) to OUT/model.pt, OUT its first argument.
 CONVERTED = "00_ex_ddp.py"
 SAMPLES, GLOBAL_BATCH, EPOCHS, NPROC = 192, 24, 4, 2
@@ -124,14 +133,10 @@ def check_00_4(*, converted: Answer[LaunchResult]) -> None:
 
     ex = Exercise("00.4")
     ex.given(converted=converted)
-    ex.launched("converted", converted, NPROC)
-    script = ex.script_of("converted", converted.command, CONVERTED)
-    started = getattr(converted, "started", 0.0)
-    ex.require(isinstance(started, float) and started > 0 and script.stat().st_mtime <= started,
-               f"{CONVERTED} changed after `converted` was launched (or `converted` is not a launch's result): "
-               "the run is of another version of the script.",
-               "run the %%writefile cell, then launch the script again, then this check.")
-    out = _out_folder(converted.command, script)
+    # a result torchrun returned in this kernel, of the learner's current scripts/00_ex_ddp.py, on NPROC ranks
+    script = current_launch(ex, "converted", converted, CONVERTED, nproc=NPROC)
+    started = converted.started
+    out = converted.args[0] if converted.args else _out_folder(converted.command, script)
     saved = find_file(Path(out) / "model.pt") if out else None
     ex.require(saved is not None and saved.stat().st_mtime >= started,
                "the launch did not write model.pt into the folder given as the script's first argument.",
@@ -163,9 +168,11 @@ def check_00_4(*, converted: Answer[LaunchResult]) -> None:
                    f"rank {rank} made {len(record.of('step'))} optimizer steps in {len(passes)} passes over its "
                    f"data; the plain script makes {steps} in {EPOCHS} epochs.",
                    "keep the plain script's EPOCHS and GLOBAL_BATCH; change only what DDP needs.")
+    world = sorted(evidence.records)  # the ranks of the run the doctor made (its world size)
     for epoch in range(EPOCHS):
-        shards = [set(_training_passes(evidence.records[r])[epoch].keys) for r in range(NPROC)]
-        ex.require(not shards[0] & shards[1] and shards[0] | shards[1] == set(range(SAMPLES)),
+        shards = [set(_training_passes(evidence.records[r])[epoch].keys) for r in world]
+        every = [key for shard in shards for key in shard]
+        ex.require(len(every) == len(set(every)) and set(every) == set(range(SAMPLES)),
                    f"in epoch {epoch} the ranks' shards overlap or miss samples.",
                    "give the DataLoader a DistributedSampler over the whole data set (and call set_epoch).")
     writers = sorted({rank for rank, record in evidence.records.items()

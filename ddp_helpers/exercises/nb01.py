@@ -8,6 +8,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ddp_helpers.exercises.core import Answer, Exercise, call, calls, check, close, number
+from ddp_helpers.exercises.provenance import current_launch, prints_no_literal
 from ddp_helpers.launch import LaunchResult
 
 
@@ -15,14 +16,14 @@ from ddp_helpers.launch import LaunchResult
 def check_01_1(*, gathered: Answer[LaunchResult]) -> None:
     ex = Exercise("01.1")
     ex.given(gathered=gathered)
-    ex.launched("gathered", gathered, 3)
-    tree = ex.tree_of(ex.script_of("gathered", gathered.command, "01_ex_all_gather.py"))
+    tree = ex.tree_of(current_launch(ex, "gathered", gathered, "01_ex_all_gather.py", nproc=3))
     p2p = any(calls(tree, a) and calls(tree, b) for a, b in (("isend", "irecv"), ("send", "recv"))) or \
         bool(calls(tree, "batch_isend_irecv"))
     ex.require(p2p, "the script does not send and receive the pieces itself.",
                "send and receive at each step of the ring's all-gather half, together in one `dist.batch_isend_irecv`.")
     ex.require(calls(tree, "all_gather"), "the script does not compare with `dist.all_gather`.",
                "keep the starter's `dist.all_gather(reference, mine)` and the comparison.")
+    prints_no_literal(ex, tree, ["True"], "01_ex_all_gather.py")
     ex.every_rank("gathered", gathered, 3)
     for rank in range(3):
         lines = gathered.stdout[rank]

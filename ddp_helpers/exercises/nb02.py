@@ -16,6 +16,7 @@ from ddp_helpers.exercises.core import (
     integer,
     integer_list,
 )
+from ddp_helpers.exercises.provenance import current_launch
 from ddp_helpers.launch import LaunchResult
 
 
@@ -96,8 +97,7 @@ def _counts(n: int = 10, world: int = 4) -> tuple[int, int]:
 def check_02_4(*, four: Answer[LaunchResult], padded_count: Answer[int], exact_count: Answer[int]) -> None:
     ex = Exercise("02.4")
     ex.given(four=four, padded_count=padded_count, exact_count=exact_count)
-    ex.launched("four", four, 4)
-    ex.script_of("four", four.command, "02_sampler_epochs.py")
+    current_launch(ex, "four", four, "02_sampler_epochs.py", nproc=4)
     ex.require(flag(four.command, "--dataset-size") == "10" and flag(four.command, "--epochs") == "1",
                "`four` did not run a dataset of 10 samples for 1 epoch.",
                "pass `args=[\"--dataset-size\", 10, \"--epochs\", 1]` to the launch.")

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 from ddp_helpers.exercises.core import Answer, Exercise, check, find_file, flag, integer, script_in, sequence
+from ddp_helpers.exercises.provenance import current_launch, learner_script, same_file
 from ddp_helpers.launch import WorkerFailed
 
 
@@ -18,12 +19,18 @@ def _parsed(script: str | Path | None) -> ast.Module:
         return ast.Module(body=[], type_ignores=[])
 
 
-def _script_run(process: object, script: str | Path) -> Path | None:
-    """The script a finished process ran (its argument list names it), found beside the notebook;
-    ``script`` when the arguments name none."""
+def _script_run(ex: Exercise, name: str, process: object, expected: str, hint: str) -> Path:
+    """The learner's scripts/<expected> that a finished process ran: its argument list must name it (no
+    default when it names another script), and it must be the file beside the notebook, not another
+    folder's copy."""
     args = getattr(process, "args", None)
-    named = script_in(list(args) if isinstance(args, list | tuple) else str(args or ""), Path(script).name)
-    return find_file(named or script)
+    named = script_in(list(args) if isinstance(args, list | tuple) else str(args or ""), expected)
+    ex.require(named is not None, f"`{name}` did not run scripts/{expected}.", hint)
+    ran, mine = find_file(named), learner_script(expected)
+    ex.require(ran is not None and mine is not None and same_file(ran, mine),
+               f"`{name}` ran {named}, not your scripts/{expected} beside this notebook.",
+               f"run your own file by its relative path, scripts/{expected}: {hint}")
+    return mine
 
 
 def _finished(ex: Exercise, name: str, process: object, hint: str) -> None:
@@ -44,7 +51,9 @@ def check_03_1(*, no_guard: Answer[subprocess.CompletedProcess],
     ex = Exercise("03.1")
     ex.given(no_guard=no_guard)
     _finished(ex, "no_guard", no_guard, "use `run_python(script)`.")
-    tree = _parsed(_script_run(no_guard, script))
+    script = "scripts/03_ex_no_guard.py"  # the exercise's file, whatever older check cells pass
+    tree = _parsed(_script_run(ex, "no_guard", no_guard, Path(script).name,
+                               "use `run_python(\"scripts/03_ex_no_guard.py\")`."))
     top_spawn = any(isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and _called(n.value) == "spawn"
                     for n in tree.body)
     guarded = any(isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in tree.body)
@@ -67,7 +76,8 @@ def check_03_2(*, bare: Answer[subprocess.CompletedProcess],
     hint = ("launch it with `run_python(\"-m\", \"torch.distributed.run\", \"--standalone\", "
             "\"--nproc-per-node=1\", script)`.")
     _finished(ex, "bare", bare, hint)
-    tree = _parsed(_script_run(bare, script))
+    script = "scripts/03_ex_no_record.py"  # the exercise's file, whatever older check cells pass
+    tree = _parsed(_script_run(ex, "bare", bare, Path(script).name, hint))
     decorators = {_called(d) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
                   for d in n.decorator_list}
     raises = any(isinstance(n, ast.Raise) for n in ast.walk(tree))
@@ -105,6 +115,7 @@ def check_03_3(*, counts: Answer[list[str]], caught: Answer[WorkerFailed]) -> No
                "`except WorkerFailed as failure: caught = failure`.")
     ex.require(script_in(caught.command, "03_ex_always_fails.py"),
                "`caught` is not the failure of scripts/03_ex_always_fails.py.", "launch the exercise's script.")
+    current_launch(ex, "caught", caught, "03_ex_always_fails.py")  # raised by a launch of the current script
     ex.require(_restarts_right(flag(caught.command, "--max-restarts")),
                "the launch that failed did not allow the restarts the exercise asks for.",
                "pass `torchrun_args=[\"--max-restarts=2\"]` to the launch.")

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ddp_helpers.exercises.core import Answer, Exercise, calls, check, numbers, run_file
+from ddp_helpers.exercises.provenance import current_launch, lesson_run, prints_no_literal
 from ddp_helpers.launch import LaunchResult
 
 SAVE_LOAD = Path("runs/05_checkpoints/save_load")
@@ -22,6 +23,7 @@ SAVE_LOAD_LAUNCH = "the launch of scripts/05_save_load.py (section 1)"
 def _saved_state(ex: Exercise) -> dict[str, torch.Tensor]:
     """The inner model's weights the worker saved: ddp_state_dict.pt with its "module." prefix removed,
     which must equal module_state_dict.pt (both written by the same launch)."""
+    lesson_run(ex, SAVE_LOAD, "05_save_load.py", SAVE_LOAD_LAUNCH, nproc=2)
     states = []
     for name in ("ddp_state_dict.pt", "module_state_dict.pt"):
         path = run_file(ex, SAVE_LOAD / name, SAVE_LOAD_LAUNCH)
@@ -143,10 +145,11 @@ def _every_rank_calls(tree: ast.Module, name: str) -> bool:
 @check
 def check_05_4(*, fixed_run: Answer[LaunchResult],
                script: str | Path = "scripts/05_rank0_collective_fixed.py") -> None:
+    """``script`` is not read: the script is the exercise's, the one the launch ran (kept for older check cells)."""
     ex = Exercise("05.4")
     ex.given(fixed_run=fixed_run)
-    ex.launched("fixed_run", fixed_run, 2)
-    tree = ex.tree_of(ex.script_of("fixed_run", fixed_run.command, Path(script).name))
+    tree = ex.tree_of(current_launch(ex, "fixed_run", fixed_run, "05_rank0_collective_fixed.py", nproc=2))
+    prints_no_literal(ex, tree, [_mean_loss()], "05_rank0_collective_fixed.py")
     ex.require(_every_rank_calls(tree, "all_reduce"), "the script does not all-reduce the loss on every rank.",
                "call `dist.all_reduce(loss)` outside the `if ctx.rank == 0:` block.")
     ex.require(_every_rank_calls(tree, "barrier"), "the script does not call the barrier on every rank.",

@@ -24,6 +24,7 @@ from ddp_helpers.exercises.core import (
     run_json,
     sequence,
 )
+from ddp_helpers.exercises.provenance import lesson_run
 
 
 @check
@@ -51,10 +52,17 @@ def check_07_1(*, shards: Answer[Sequence[torch.Tensor]], mean_of_means: Answer[
 
 EVAL_RUN = Path("runs/07_eval_earlystop")
 EVAL_LAUNCH = "the launch of scripts/07_eval_earlystop.py (section 2)"
+EVAL_SCRIPT, EVAL_NPROC = "07_eval_earlystop.py", 2  # the lesson's launch: 2 processes, into runs/07_eval_earlystop
+
+
+def _lesson_eval_run(ex: Exercise) -> None:
+    """Refuse (blaming the lesson's data) a runs/07_eval_earlystop that the lesson's launch did not write last."""
+    lesson_run(ex, EVAL_RUN, EVAL_SCRIPT, EVAL_LAUNCH, nproc=EVAL_NPROC)
 
 
 def _recorded_losses(ex: Exercise) -> list[float]:
     """Each epoch's validation loss as rank 0 of the lesson's launch recorded it."""
+    _lesson_eval_run(ex)
     record = run_json(ex, EVAL_RUN / "rank0.json", EVAL_LAUNCH)
     history = record.get("history") if isinstance(record, dict) else None
     losses = [number(h.get("loss")) if isinstance(h, dict) else None for h in history or []]
@@ -125,6 +133,7 @@ def _single(ex: Exercise) -> tuple[int, int]:
     from ddp_helpers.data import load_digits_28
 
     path = run_file(ex, EVAL_RUN / "model.pt", EVAL_LAUNCH)
+    _lesson_eval_run(ex)
     net = nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 64), nn.BatchNorm1d(64), nn.ReLU(), nn.Linear(64, 10))
     try:
         net.load_state_dict(torch.load(path, weights_only=True, map_location="cpu"))

@@ -18,14 +18,14 @@ from ddp_helpers.exercises.core import (
     caller_values,
     calls,
     check,
-    find_file,
     flag,
     integer,
     launches_in,
     lesson_folders,
     number,
-    script_in,
 )
+from ddp_helpers.exercises.provenance import launch_of, learner_script, same_file
+from ddp_helpers.launch import file_sha256
 
 
 def _row(rank: int, nodes: int, per_node: int) -> dict[str, int]:
@@ -67,10 +67,25 @@ def _in_rank_order(envs: object) -> list[dict[str, int]] | None:
     return sorted(parsed, key=lambda e: e["RANK"])  # type: ignore[arg-type, return-value]
 
 
-def _launched_envs(values: list[object]) -> list[list[dict[str, int]]]:
-    """The environments printed by the launches of scripts/09_two_nodes.py among ``values``, in rank order."""
+def _current_launches(values: list[object], script: str) -> list[Any]:
+    """The launches of the learner's scripts/<script> among ``values`` that ``torchrun`` made in this kernel,
+    of the script's content as it is now (a hand-made or copied result, another folder's copy of the
+    script, or a run of an older version is left out); a launch failure stands for its launch."""
+    mine = learner_script(script)
     found = []
-    for launch in launches_in(values, "09_two_nodes.py"):
+    for value in launches_in(values, script):
+        launch = launch_of(value)
+        if launch is not None and mine is not None and same_file(launch.script, mine) \
+                and launch.sha256 == file_sha256(mine):
+            found.append(value)
+    return found
+
+
+def _launched_envs(values: list[object]) -> list[list[dict[str, int]]]:
+    """The environments printed by this kernel's launches of the current scripts/09_two_nodes.py among
+    ``values``, in rank order."""
+    found = []
+    for launch in _current_launches(values, "09_two_nodes.py"):
         stdout = getattr(launch, "stdout", None)
         if not isinstance(stdout, dict):
             continue
@@ -97,7 +112,8 @@ def check_09_2(*, three_env: Answer[list[dict[str, str]]]) -> None:
                "the environments differ from what torchrun gives 3 nodes of 1 process.",
                "compare every key; did you pass nnodes=3 and nproc=1?")
     ex.require(got in _launched_envs(caller_values()),
-               "no launch of scripts/09_two_nodes.py in this notebook printed these environments.",
+               "no launch of scripts/09_two_nodes.py in this kernel printed these environments (a result typed "
+               "or copied by hand, or a launch of another copy of the script, does not count).",
                "launch it: `three = torchrun(\"scripts/09_two_nodes.py\", nproc=1, nnodes=3, ...)`, then parse "
                "its ranks' first lines.")
     ex.correct()
@@ -129,8 +145,15 @@ def _barrier_first(tree: ast.Module) -> bool:
 
 
 def _launches_09_4(values: list[object]) -> list[Any]:
-    """The launches of the barrier script in the notebook (their failures carry the command)."""
+    """The launches of the barrier script in the notebook (their failures carry the command and the launch)."""
     return launches_in(values, SCRIPT_09_4)
+
+
+def _hang_s(launch: Any, marker: Path) -> float:
+    """How long the launch ran after rank 0 wrote the marker, right after the barrier: the time the workers
+    spent in the mismatched collectives and in ending, without the launch's start-up (torchrun, Python's and
+    torch's imports, the rendezvous), which on a loaded machine can by itself last longer than the timeout."""
+    return launch.ended - marker.stat().st_mtime
 
 
 def _ran(launch: Any) -> int | None:
@@ -173,13 +196,22 @@ def check_09_4(*, seconds: Answer[float]) -> None:
     from the script itself, never from the check cell."""
     ex = Exercise("09.4")
     ex.given(seconds=seconds)
+    how = f"launch it: `late, seconds = launch_failure(\"scripts/{SCRIPT_09_4}\", 2, args=[str(OUT)], ...)`."
     launches = _launches_09_4(caller_values())
-    ex.require(launches, f"no launch of scripts/{SCRIPT_09_4} in this notebook.",
-               f"launch it: `late, seconds = launch_failure(\"scripts/{SCRIPT_09_4}\", 2, args=[str(OUT)], ...)`.")
-    two = [launch for launch in launches if _ran(launch) == 2]
+    ex.require(launches, f"no launch of scripts/{SCRIPT_09_4} in this notebook.", how)
+    made = [launch for launch in launches if launch_of(launch) is not None]
+    ex.require(made, f"no launch of scripts/{SCRIPT_09_4} in this kernel: the failure found was typed or copied, "
+               "not raised by `torchrun`.", how)
+    two = [launch for launch in made if _ran(launch) == 2]
     ex.require(two, "the launch did not run 2 processes.", "launch it with `launch_failure(..., 2, ...)`.")
-    script = find_file(script_in(two[-1].command, SCRIPT_09_4))
+    launch = launch_of(two[-1])
+    script = learner_script(SCRIPT_09_4)
     ex.require(script is not None, f"scripts/{SCRIPT_09_4} cannot be found.", "run the cell that writes it.")
+    ex.require(same_file(launch.script, script),
+               f"the launch ran {launch.script}, not your scripts/{SCRIPT_09_4} beside this notebook.", how)
+    ex.require(launch.sha256 == file_sha256(script),
+               f"you changed scripts/{SCRIPT_09_4} after launching it: the launch is of an older version.",
+               "launch it again, then run this check.")
     tree = ex.tree_of(script)
     ex.require(_barrier_first(tree),
                f"{SCRIPT_09_4} does not call `dist.monitored_barrier` on every rank before the collectives.",
@@ -192,16 +224,18 @@ def check_09_4(*, seconds: Answer[float]) -> None:
     ex.require(marker.is_file(), "barrier_passed.txt does not exist: rank 0 did not get past monitored_barrier.",
                "call `dist.monitored_barrier(...)` on every rank before the mismatched collectives, then write "
                "the file.")
-    ex.require(marker.stat().st_mtime >= script.stat().st_mtime,
-               "barrier_passed.txt is older than the script: it was left by an earlier run.",
-               "launch the script again (launch_failure empties the folder first).")
-    started = getattr(two[-1], "started", None)  # the launch's start (time.time()), which torchrun records
-    ex.require(not isinstance(started, int | float) or marker.stat().st_mtime >= started,
-               "barrier_passed.txt is older than the launch: it was left by an earlier run.",
+    ex.require(launch.started <= marker.stat().st_mtime <= launch.ended,
+               "barrier_passed.txt was not written during the launch: it was left by an earlier run.",
                "launch the script again (launch_failure empties the folder first).")
     ex.require(number(seconds) is not None, "`seconds` is not a number.", "the second value launch_failure returns.")
-    ex.require(number(seconds) >= _hang_timeout_s(tree),
-               "the run ended before the hang's timeout, so the mismatch after the barrier did not hang.",
+    timeout = _hang_timeout_s(tree)
+    ex.require(number(seconds) >= timeout,
+               "`seconds` is shorter than the hang's timeout, so it does not say the mismatch hung.",
+               "`seconds` is the second value launch_failure returns: the whole launch's duration.")
+    # judged against the launch's own start-up: from the moment the workers were past the barrier
+    ex.require(_hang_s(launch, marker) >= timeout,
+               "the workers ended sooner after the barrier than the hang's timeout: the time to the timeout was "
+               "spent starting up, and the mismatch after the barrier did not hang.",
                "keep the mismatched collectives (rank 0 all_reduce, rank 1 broadcast) after the barrier, in a group "
                "with the HANG_TIMEOUT_S timeout.")
     ex.correct()

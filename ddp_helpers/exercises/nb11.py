@@ -21,6 +21,7 @@ from ddp_helpers.exercises.core import (
     sequence,
     without_zeros,
 )
+from ddp_helpers.exercises.provenance import lesson_run
 
 
 def _reference_partition(sizes: Sequence[int], world_size: int) -> list[list[int]]:
@@ -55,6 +56,7 @@ FSDP2_LAUNCH = "the launch of scripts/11_fsdp2.py (section 4)"
 def _recorded_partitions(ex: Exercise) -> dict[str, list[list[int]]]:
     """ZeroRedundancyOptimizer's own partitions, as the lesson's launch recorded them."""
     record = run_json(ex, RUNS / "zero/results.json", ZERO_LAUNCH)
+    lesson_run(ex, RUNS / "zero", "11_zero.py", ZERO_LAUNCH, nproc=2)
     parts = {key: _ranks(record.get(key)) if isinstance(record, dict) else None
              for key in ("partition", "partition_even")}
     ex.require(None not in parts.values(), f"{RUNS / 'zero/results.json'} holds no partitions.",
@@ -126,6 +128,7 @@ def check_11_3(*, predicted: Answer[dict[str, dict[str, int]]]) -> None:
     ex = Exercise("11.3")
     ex.given(predicted=predicted)
     record = run_json(ex, RUNS / "fsdp2/results.json", FSDP2_LAUNCH)
+    lesson_run(ex, RUNS / "fsdp2", "11_fsdp2.py", FSDP2_LAUNCH, nproc=2)
     recorded = record.get("reshard_True") if isinstance(record, dict) else None
     ex.require(isinstance(recorded, Mapping), f"{RUNS / 'fsdp2/results.json'} holds no \"reshard_True\" record.",
                f"run {FSDP2_LAUNCH} again, then this check.")

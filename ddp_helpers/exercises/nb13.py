@@ -16,6 +16,7 @@ from ddp_helpers.exercises.core import (
     number_list,
     run_json,
 )
+from ddp_helpers.exercises.provenance import lesson_run
 
 
 def _bubble(stages: int, microbatches: int, per_rank: int = 1) -> float:
@@ -80,6 +81,7 @@ SCHEDULES_LAUNCH = "the launch of scripts/13_schedules.py (section 2)"
 def _gpipe_timeline(ex: Exercise) -> list[list[dict]]:
     """The GPipe step's events per rank, as the lesson's launch recorded them (read here, not passed by the cell)."""
     runs = run_json(ex, SCHEDULES_RUN, SCHEDULES_LAUNCH)
+    lesson_run(ex, SCHEDULES_RUN.parent, "13_schedules.py", SCHEDULES_LAUNCH, nproc=2)
     try:
         timeline = [list(r["events"]) for r in runs["runs"]["GPipe"]]
         _idle_by_rank(timeline)

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from ddp_helpers.exercises.core import Answer, Exercise, check, integer, integer_list, run_json
+from ddp_helpers.exercises.provenance import lesson_run
 
 # Exercise 1's batch and router, as the exercise states them (the check rebuilds them, never takes them)
 DIM, HIDDEN, EXPERTS, TOKENS_1 = 8, 16, 4, 64
@@ -88,6 +89,7 @@ TRAFFIC_LAUNCH = "the launch of scripts/15_traffic.py (section 3)"
 def _flow(ex: Exercise) -> list[list[int]]:
     """The uneven dispatch's token flow per rank, as the lesson's launch recorded it (read here)."""
     runs = run_json(ex, TRAFFIC_RUN, TRAFFIC_LAUNCH)
+    lesson_run(ex, TRAFFIC_RUN.parent, "15_traffic.py", TRAFFIC_LAUNCH, nproc=4)
     try:
         flow = [[int(n) for n in r["uneven"]["flow"]] for r in runs]
     except (KeyError, TypeError, ValueError):

@@ -525,3 +525,26 @@ def test_01_2_keyword_only_functions_and_a_crossover_as_text():
     refused("01.2", t_ring=lambda *, n, size, alpha, beta: t_ring(n=n, size=size, alpha=alpha, beta=0.0),
             t_tree=t_tree, crossover=crossover)
     assert "`t_ring`" in refused("01.2", t_ring=None, t_tree=t_tree, crossover=crossover)
+
+
+def test_a_real_kernel_started_by_nbclient_finds_the_runs_beside_its_notebook(tmp_path, monkeypatch):
+    """nbclient sets no JPY_SESSION_NAME and starts the kernel in the notebook's folder: a check there reads the
+    runs of that folder, and a missing one names the folders it searched."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    lesson = _lesson(tmp_path / "my copy")
+    monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
+    monkeypatch.chdir(tmp_path)  # the test's own directory is not the notebook's
+    cells = [nbformat.v4.new_code_cell(code) for code in (
+        "import os\nfrom ddp_helpers.exercises import core\nex = core.Exercise('10.1')\n"
+        "print('session' in {k.lower()[4:11] for k in os.environ if k.startswith('JPY_')})",
+        f"print(core.run_file(ex, {str(SWEEP)!r}, 'the sweep').resolve())",
+        "core.run_file(ex, 'runs/99_absent/x.json', 'the launch of section 9')")]
+    notebook = nbformat.v4.new_notebook(cells=cells)
+    NotebookClient(notebook, timeout=120, allow_errors=True, kernel_name="python3",
+                   resources={"metadata": {"path": str(lesson)}}).execute()
+    assert notebook.cells[0].outputs[0]["text"] == "False\n"
+    assert notebook.cells[1].outputs[0]["text"].strip() == str((lesson / SWEEP).resolve())
+    error = next(o for o in notebook.cells[2].outputs if o["output_type"] == "error")
+    assert error["ename"] == "CheckFailed" and "in . (the working directory), " in error["evalue"]

@@ -154,16 +154,16 @@ kernel: $(STAMP)
 
 test: $(STAMP) lint unit nbval
 
-# UNIT_JOBS=2 runs the unit tests two files at a time (a file's tests stay in order in one worker:
+# --durations: the slowest tests close the log (where CI time goes). UNIT_JOBS=2 runs the unit tests two files at a time (a file's tests stay in order in one worker:
 # test_launch.py's orphan check sees only its own launches). Not the default: it saved nothing on 2 cores.
 UNIT_JOBS ?= 0
 unit: $(STAMP)
-	$(CPU_ENV) $(BIN)/python -m pytest -q $(if $(filter-out 0,$(UNIT_JOBS)),-n $(UNIT_JOBS) --dist loadfile) \
+	$(CPU_ENV) $(BIN)/python -m pytest -q --durations=25 $(if $(filter-out 0,$(UNIT_JOBS)),-n $(UNIT_JOBS) --dist loadfile) \
 	  tests --ignore=tests/browser --ignore=tests/slurm
 
 # A learner's session in headless Chromium (Debian's chromium package; .ci/run installs it).
 test-browser: $(STAMP) $(LAB_SETTINGS)
-	$(CPU_ENV) $(BIN)/python -m pytest -q tests/browser
+	$(CPU_ENV) $(BIN)/python -m pytest -q --durations=10 tests/browser
 
 # A real Slurm: two slurmd "nodes" in network namespaces of this machine, slurmctld, munged
 # (tools/slurm_cluster.py), all removed afterwards. The unchanged batch script runs CPU workers on

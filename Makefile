@@ -174,7 +174,7 @@ test-slurm: $(STAMP)
 	$(CPU_ENV) $(BIN)/python -m pytest -q -rs tests/slurm
 
 nbval: $(STAMP)
-	$(NB_ENV) $(BIN)/python -m pytest -q $(NBVAL_PAR) $(NBVAL) $(NOTEBOOKS)
+	$(NB_ENV) $(BIN)/python -m pytest -q --durations=15 $(NBVAL_PAR) $(NBVAL) $(NOTEBOOKS)
 	@# the worker scripts the notebooks just wrote (git-ignored, so named explicitly)
 	$(BIN)/ruff check --no-respect-gitignore --ignore I001 notebooks/scripts
 

@@ -18,8 +18,9 @@ when it started and ended, its world size and script arguments (on the :class:`L
 results that ``torchrun`` returned are kept in a process-local registry (:func:`is_registered_launch`), so
 a hand-typed or copied ``LaunchResult`` is recognisably not a launch. After every launch, ok or failed, the
 same record is written as JSON into the run's output (:func:`output_targets`): ``.launch.json`` in each
-folder the script's arguments name, ``.<file>.launch.json`` beside each file argument the launch wrote, and
-``.launch.json`` in the folder of a script's argparse ``--out`` default when the launch did not pass it.
+folder the script's arguments name that the launch wrote into, ``.<file>.launch.json`` beside each file
+argument the launch wrote, and ``.launch.json`` in the folder of a script's argparse ``--out`` default when
+the launch did not pass it. A folder the launch did not write into keeps the record of the launch that did.
 The exercise checks read them (:mod:`ddp_helpers.exercises.provenance`).
 
 In a notebook, these errors' tracebacks show the learner's cell and the failing rank's
@@ -220,11 +221,22 @@ def _argparse_out_default(script: Path) -> tuple[list[str], str] | None:
     return None
 
 
+def _written_since(folder: Path, started: float) -> bool:
+    """The folder or one of its entries (a file, a subfolder) changed at or after ``started``; the launch's own
+    record there does not count."""
+    if folder.stat().st_mtime >= started:
+        return True
+    with os.scandir(folder) as entries:
+        return any(e.name != PROVENANCE_FILE and e.stat().st_mtime >= started for e in entries)
+
+
 def output_targets(script: Path, script_args: Sequence[str], cwd: Path, started: float) -> list[Path]:
     """The provenance files a launch writes (see the module's docstring), for a launch run in ``cwd``:
 
     - ``DIR/.launch.json`` for each script argument (or the value of ``--flag=value``) naming an existing
-      folder, except the launch's folder itself and the folders above it;
+      folder that the launch wrote into (the folder, or an entry of it, changed since ``started``), except
+      the launch's folder itself and the folders above it: a launch that failed before writing anything
+      (notebook 07's hang demo, into the lesson's folder) leaves the record of the run whose files are there;
     - ``.<name>.launch.json`` beside each argument naming a file written since ``started`` (an output file
       in a folder shared with other launches, e.g. runs/10_performance/sweep.json);
     - the fallback for workers whose output folder is an argparse default: when the script declares
@@ -243,7 +255,7 @@ def output_targets(script: Path, script_args: Sequence[str], cwd: Path, started:
             continue
         path = Path(value) if Path(value).is_absolute() else cwd / value
         try:
-            if path.is_dir() and path.resolve() not in above:
+            if path.is_dir() and path.resolve() not in above and _written_since(path, started):
                 target = path / PROVENANCE_FILE
             elif path.is_file() and path.stat().st_mtime >= started:
                 target = sidecar(path)

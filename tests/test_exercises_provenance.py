@@ -466,6 +466,11 @@ def test_output_targets_name_folders_output_files_and_the_argparse_default(tmp_p
     assert output_targets(script, ["runs/given", "runs/old.json", "runs/new.json", ".", str(tmp_path.parent)],
                           tmp_path, started) == [tmp_path / "runs/given/.launch.json", tmp_path / "runs/.new.json.launch.json",
                                                  tmp_path / "runs/w/.launch.json"]  # not an input, not cwd or above
+    (tmp_path / "runs/untouched").mkdir()
+    (tmp_path / "runs/untouched/model.pt").write_text("an earlier run's")
+    for path in (tmp_path / "runs/untouched/model.pt", tmp_path / "runs/untouched"):
+        os.utime(path, (1_000, 1_000))
+    assert output_targets(script, ["--out", "runs/untouched"], tmp_path, started) == []  # it wrote nothing there
     assert output_targets(script, ["--out=runs/given"], tmp_path, started) == [tmp_path / "runs/given/.launch.json"]
     assert output_targets(script, ["--out", "runs/given"], tmp_path, started) == [tmp_path / "runs/given/.launch.json"]
     assert write_provenance(tmp_path / "runs/given/.launch.json", {"ok": True})
@@ -485,6 +490,7 @@ def test_real_launches_belong_to_the_script_they_ran(learner, capsys):
     maxed = torchrun("scripts/00_max.py", nproc=2, env=CPU, timeout=90, live="quiet", summary=False)
     assert is_registered_launch(maxed) and maxed.sha256 == file_sha256(learner / "scripts/00_max.py")
     assert maxed.nproc == 2 and maxed.nnodes == 1 and maxed.ok and maxed.started < maxed.ended
+    capsys.readouterr()  # the launch's command line
     accepted("00.2", dict(maxed=maxed), capsys)
     assert "returned in this kernel" in refused("00.2", dict(maxed=copy.copy(maxed)))
     edit(learner, "00_max.py")
@@ -492,6 +498,7 @@ def test_real_launches_belong_to_the_script_they_ran(learner, capsys):
     theirs = torchrun(SOLUTIONS / "00_max.py", nproc=2, env=CPU, timeout=90, live="quiet", summary=False)
     assert "a copy in another folder" in refused("00.2", dict(maxed=theirs))
     again = torchrun("scripts/00_max.py", nproc=2, env=CPU, timeout=90, live="quiet", summary=False)
+    capsys.readouterr()
     accepted("00.2", dict(maxed=again), capsys)
 
 
@@ -506,8 +513,13 @@ def test_real_launches_record_the_lesson_run_and_its_overwrite(learner, capsys):
     ex1 = ToyModel()
     ex1.load_state_dict({k.removeprefix("module."): v
                          for k, v in torch.load(run / "ddp_state_dict.pt", weights_only=True).items()})
+    capsys.readouterr()  # the launch's command line
     accepted("05.1", dict(ex1=ex1), capsys)
-    (learner / "scripts/mine.py").write_text("import sys\nprint('wrote into', sys.argv[1])\n")
+    (learner / "scripts/reads.py").write_text("import sys\nprint('only read', sys.argv[1])\n")
+    torchrun("scripts/reads.py", nproc=1, args=[run], env=CPU, timeout=60, live="quiet", summary=False)
+    capsys.readouterr()
+    accepted("05.1", dict(ex1=ex1), capsys)  # a launch that wrote nothing there leaves the lesson's record
+    (learner / "scripts/mine.py").write_text("import pathlib, sys\npathlib.Path(sys.argv[1], 'mine.txt').write_text('x')\n")
     torchrun("scripts/mine.py", nproc=1, args=[run], env=CPU, timeout=60, live="quiet", summary=False)
     text = refused("05.1", dict(ex1=ex1))
     assert "last written by a launch of scripts/mine.py" in text and "the lesson's data is stale" in text

@@ -260,8 +260,10 @@ def test_02_3():
 
 
 def test_04_2():
-    torch.manual_seed(0)
-    model, x, y = nn.Sequential(nn.Linear(10, 4), nn.ReLU(), nn.Linear(4, 5)), torch.randn(8, 10), torch.randn(8, 5)
+    from ddp_helpers.models import ToyModel
+
+    torch.manual_seed(0)  # the exercise cell's seed, model and batch
+    model, x, y = ToyModel(), torch.randn(8, 10), torch.randn(8, 5)
     mse = nn.functional.mse_loss
 
     def g(loss):
@@ -356,6 +358,8 @@ def test_12_1_and_12_3():
     exercises.check_12_1(partials=parts, dense=dense, x=x)
     no_answer_in(failure(exercises.check_12_1, partials=[parts[0], parts[0]], dense=dense, x=x))
     mse = nn.functional.mse_loss
+    torch.manual_seed(0)  # 12.3's exercise cell: the same seed, 16 samples and their targets
+    dense, x, y = MLP(16, 64), torch.randn(16, 16), torch.randn(16, 16)
     halves = [torch.autograd.grad(mse(dense(a), b, reduction="sum"), [dense.up.weight])[0]
               for a, b in zip(x.chunk(2), y.chunk(2), strict=True)]
     exercises.check_12_3(averaged=(halves[0] + halves[1]) / 2, dense=dense, x=x, y=y)
@@ -409,12 +413,15 @@ def test_the_running_notebook_is_found_in_vscode_without_jpy_session_name(tmp_pa
     shell = types.SimpleNamespace(user_ns={})  # a kernel's shell, without starting one
     monkeypatch.setitem(sys.modules, "IPython", types.SimpleNamespace(get_ipython=lambda: shell))
     monkeypatch.delenv("JPY_SESSION_NAME", raising=False)
-    assert core.lesson_folders() == [series.NOTEBOOK_DIR]  # no front end names the notebook
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "lesson").mkdir()  # the notebooks' folders exist, as a front end's do
+    (tmp_path / "lab").mkdir()
+    assert core.lesson_folders() == [tmp_path, series.NOTEBOOK_DIR]  # no front end: the kernel's folder, then the series'
     monkeypatch.setitem(shell.user_ns, "__vsc_ipynb_file__", str(tmp_path / "lesson" / "00_orientation.ipynb"))
-    assert core.lesson_folders() == [tmp_path / "lesson"]  # VS Code's global
+    assert core.lesson_folders() == [tmp_path / "lesson", tmp_path]  # VS Code's global
     assert core.notebook_folders()[0] == tmp_path / "lesson"
     monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "lab" / "x.ipynb"))
-    assert core.lesson_folders() == [tmp_path / "lab"]  # Jupyter's server, where both are set
+    assert core.lesson_folders() == [tmp_path / "lab", tmp_path]  # Jupyter's server, where both are set
     monkeypatch.setitem(shell.user_ns, "__vsc_ipynb_file__", "not a notebook path")
     monkeypatch.delenv("JPY_SESSION_NAME")
-    assert core.lesson_folders() == [series.NOTEBOOK_DIR]
+    assert core.lesson_folders() == [tmp_path, series.NOTEBOOK_DIR]

@@ -36,6 +36,7 @@ from ddp_helpers.exercises import nb10
 from ddp_helpers.exercises.core import find_file
 from ddp_helpers.exercises.provenance import launch_of
 from ddp_helpers.launch import WorkerFailed, _launch_for_tests
+from ddp_helpers.models import ToyModel
 from ddp_helpers.series import NOTEBOOK_DIR
 from ddp_helpers.sharding import zero_formula
 
@@ -174,8 +175,8 @@ L = 2 * math.ceil(math.log2(64))
 CROSS = (2 * 63 - L) * 20e-6 / ((L - 2 * 63 / 64) * 0.1e-9)
 F32 = [np.float32(v) for v in (1e8, 1.0, -1e8, 1.0)]
 
-torch.manual_seed(0)
-M4 = nn.Sequential(nn.Linear(10, 4), nn.ReLU(), nn.Linear(4, 5))
+torch.manual_seed(0)  # 04.2's exercise cell: the seed, the model, the batch
+M4 = ToyModel()
 X4, Y4 = torch.randn(8, 10), torch.randn(8, 5)
 
 
@@ -390,14 +391,14 @@ WRONG = {
     "01.3": [("exact sum", dict(ring_result=2.0, rank_order=2.0)),
              ("swapped", dict(ring_result=np.float32(1.0), rank_order=np.float32(0.0))),
              ("a list", dict(ring_result=[0.0], rank_order=1.0)),
-             ("a string", dict(ring_result="0", rank_order=1.0))],
+             ("a word", dict(ring_result="zero", rank_order=1.0))],
     "02.1": [("wrong repeat", dict(padded_len=3, dropped_len=2, rank3_padded=[3, 7, 0], rank3_dropped=[3, 7],
                                    repeated=[0, 1], unseen=[8, 9])),
              ("lengths swapped", dict(padded_len=2, dropped_len=3, rank3_padded=[3, 7, 1], rank3_dropped=[3, 7],
                                       repeated=[0, 1], unseen=[8, 9])),
              ("an int for a list", dict(padded_len=3, dropped_len=2, rank3_padded=3, rank3_dropped=[3, 7],
                                         repeated=[0, 1], unseen=[8, 9])),
-             ("a string", dict(padded_len="3", dropped_len=2, rank3_padded=[3, 7, 1], rank3_dropped=[3, 7],
+             ("a word", dict(padded_len="three", dropped_len=2, rank3_padded=[3, 7, 1], rank3_dropped=[3, 7],
                                repeated=[0, 1], unseen=[8, 9]))],
     "02.2": [("empty", dict(twice=[], never=[])), ("swapped", dict(twice=[3, 7, 8], never=[1, 6, 10])),
              ("an int", dict(twice=1, never=[3, 7, 8])), ("strings", dict(twice="1610", never=[3, 7, 8]))],
@@ -429,7 +430,7 @@ WRONG = {
              ("another script", dict(counts=["0", "1", "2"], caught=failed("scripts/00_fail.py"))),
              ("a string", dict(counts="012", caught=failed())),
              ("not the failure", dict(counts=["0", "1", "2"], caught=RuntimeError("x")))],
-    "04.1": [("one name", dict(unused=["head_b.weight"])), ("joined string", dict(unused="head_b.bias, head_b.weight")),
+    "04.1": [("one name", dict(unused=["head_b.weight"])), ("joined string of the used head", dict(unused="head_a.bias, head_a.weight")),
              ("a duplicate", dict(unused=["head_b.bias", "head_b.weight", "head_b.bias"])),
              ("the used head", dict(unused=["head_a.bias", "head_a.weight"]))],
     "04.2": [("plain for both", dict(ddp_like=PLAIN, weighted=PLAIN, model=M4, x=X4, y=Y4)),
@@ -456,7 +457,7 @@ WRONG = {
              ("an int", dict(by_hand=64, measured=SCALES)),
              ("measured wrong", dict(by_hand=SCALES, measured=[64] * 8))],
     "06.2": [("subnormal", dict(k_small=15, k_large=12)), ("overflows", dict(k_small=16, k_large=13)),
-             ("a float", dict(k_small=16.5, k_large=12)), ("a string", dict(k_small="16", k_large=12))],
+             ("a float", dict(k_small=16.5, k_large=12)), ("a word", dict(k_small="sixteen", k_large=12))],
     "06.3": [("update per micro-batch", dict(net=NET_PM, full=FULL_PM, acc_scaler=SCALER_PM)),
              ("loss not divided", dict(net=NET_ND, full=FULL_ND, acc_scaler=SCALER_ND)),
              ("no gradients", dict(net=Toy(), full=FULL, acc_scaler=SCALER)),
@@ -468,7 +469,7 @@ WRONG = {
     "07.1": [("swapped", dict(shards=SHARDS, mean_of_means=8.25, pooled=7.0)),
              ("other split", dict(shards=[VALUES[:4], VALUES[4:]], mean_of_means=7.0, pooled=8.25)),
              ("same means", dict(shards=[torch.ones(3), torch.ones(5)], mean_of_means=1.0, pooled=1.0)),
-             ("a string", dict(shards=SHARDS, mean_of_means="7", pooled=8.25))],
+             ("a word", dict(shards=SHARDS, mean_of_means="seven", pooled=8.25))],
     "07.3": [("two ranks", dict(res3=[record()] * 2)),
              ("padded counted as exact", dict(res3=[record(360, 360)] * 3)),
              ("ranks disagree", dict(res3=[record(), record(), {**record(), "exact": {"count": 359, "correct": 1}}])),

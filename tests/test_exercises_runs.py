@@ -288,12 +288,15 @@ torch.manual_seed(0)
 DENSE, X12, Y12 = MLP(16, 64), torch.randn(8, 16), torch.randn(8, 16)
 PARTS = [(torch.relu(X12 @ DENSE.up.weight[rows].T + DENSE.up.bias[rows]) @ DENSE.down.weight[:, rows].T).detach()
          for rows in (slice(0, 32), slice(32, 64))]
-HALVES = [torch.autograd.grad(nn.functional.mse_loss(DENSE(a), b, reduction="sum"), [DENSE.up.weight])[0]
-          for a, b in zip(X12.chunk(2), Y12.chunk(2), strict=True)]
+# 12.3's exercise cell: the same seed, then 16 samples and their targets (two halves of 8)
+torch.manual_seed(0)
+DENSE3, X123, Y123 = MLP(16, 64), torch.randn(16, 16), torch.randn(16, 16)
+HALVES = [torch.autograd.grad(nn.functional.mse_loss(DENSE3(a), b, reduction="sum"), [DENSE3.up.weight])[0]
+          for a, b in zip(X123.chunk(2), Y123.chunk(2), strict=True)]
 AVERAGED = (HALVES[0] + HALVES[1]) / 2
 with torch.no_grad():
     OUT_NO_BIAS = DENSE(X12) - DENSE.down.bias
-C12, C123 = dict(dense=DENSE, x=X12), dict(dense=DENSE, x=X12, y=Y12)
+C12, C123 = dict(dense=DENSE, x=X12), dict(dense=DENSE3, x=X123, y=Y123)
 OFF = 5e-5  # float32's rounding on values of size ~1 is ~1e-7: 5e-5 is a wrong answer, not a rounding
 
 for _folder in (LESSON, ODD):  # what the lesson's launches leave beside their runs
@@ -306,7 +309,8 @@ RIGHT = {
     "10.1": [dict(one_message=ONE_MESSAGE, per_tensor=PER_TENSOR),
              dict(one_message=np.float32(ONE_MESSAGE), per_tensor=torch.tensor(PER_TENSOR, dtype=torch.float64)),
              dict(one_message=np.float64(ONE_MESSAGE), per_tensor=torch.tensor(PER_TENSOR))],  # a float32 tensor
-    "10.3": [dict(crossover=CROSSOVER), dict(crossover=np.float32(CROSSOVER)), dict(crossover=torch.tensor(CROSSOVER))],
+    "10.3": [dict(crossover=CROSSOVER), dict(crossover=np.float32(CROSSOVER)), dict(crossover=torch.tensor(CROSSOVER)),
+             dict(crossover=repr(CROSSOVER))],  # a number as a string (core's coercion rule)
     "04.3": [dict(predict_buckets=reducer_buckets), dict(predict_buckets=tuple_buckets)],
     "05.1": [dict(ex1=loaded()), dict(ex1=loaded().requires_grad_(False))],
     "07.2": [dict(decisions=DECISIONS), dict(decisions=tuple(np.array(DECISIONS)))],
@@ -315,7 +319,8 @@ RIGHT = {
     "09.4": [dict(seconds=3.4, _late=lambda: barrier_failure(OK)),
              dict(seconds=np.float64(4.0), _late=lambda: barrier_failure(OK, start=-0.1)),
              dict(seconds=torch.tensor(3.5), _late=lambda: barrier_failure(OK, out="runs/09_debugging")),
-             dict(seconds=13.4, _late=lambda: barrier_failure(OK, start=-10))],  # a slow start-up, then the hang
+             dict(seconds=13.4, _late=lambda: barrier_failure(OK, start=-10)),  # a slow start-up, then the hang
+             dict(seconds="3.4", _late=lambda: barrier_failure(OK))],  # a number as a string (core's coercion rule)
     "10.2": [dict(predict_buckets=reducer_count, predicted_buckets=dict(COUNTS)),
              dict(predict_buckets=lambda nb, cap: np.int64(reducer_count(nb, cap)),
                   predicted_buckets={0.5: np.int64(4), 8: torch.tensor(2), 32.0: 1})],
@@ -326,7 +331,8 @@ RIGHT = {
              dict(predicted={k: {c: np.int64(b) for c, b in v.items()} for k, v in PAYLOADS.items()})],
     "12.1": [dict(partials=PARTS, **C12), dict(partials=tuple(p.double().numpy() for p in PARTS), **C12)],
     "12.3": [dict(averaged=AVERAGED, **C123), dict(averaged=AVERAGED.double().numpy(), **C123),
-             dict(averaged=AVERAGED + 1e-6, **C123)],  # within float32's rounding of another summation order
+             dict(averaged=AVERAGED + 1e-6, **C123),  # within float32's rounding of another summation order
+             dict(averaged=AVERAGED.tolist(), **C123)],  # nested lists (core's coercion rule)
 }
 
 WRONG = {
@@ -348,7 +354,7 @@ WRONG = {
              ("alpha and beta not the lesson's fit", dict(crossover=2e-5 / 1e-9)),
              ("twice", dict(crossover=2 * CROSSOVER)),
              ("inverted", dict(crossover=B / A)),
-             ("a string", dict(crossover=str(CROSSOVER))),
+             ("a word", dict(crossover="large")),
              ("no run yet", dict(crossover=CROSSOVER, _lesson=EMPTY)),
              ("a sweep with nothing to fit", dict(crossover=CROSSOVER, _lesson=ODD))],
     "04.3": [("copy-through: the old record", dict(predict_buckets=reducer_buckets, arrival=ARRIVAL_BY_HAND,
@@ -397,7 +403,7 @@ WRONG = {
              ("no hang", dict(seconds=0.5, _late=lambda: barrier_failure(OK, start=-0.2, end=0.3))),
              ("a slow start-up, no hang", dict(seconds=10.5, _late=lambda: barrier_failure(OK, start=-10, end=0.5))),
              ("shorter than the script's own timeout", dict(seconds=4.0, _late=lambda: barrier_failure(TEN_S))),
-             ("a string", dict(seconds="3.4", _late=lambda: barrier_failure(OK)))],
+             ("a word", dict(seconds="long", _late=lambda: barrier_failure(OK)))],
     "10.2": [("copy-through: counts and a record that agree", dict(
                  predict_buckets=reducer_count, predicted_buckets={"0.5": 3, "8": 2, "32": 1},
                  recorded={"0.5": 3, "8": 2, "32": 1})),
@@ -440,7 +446,7 @@ WRONG = {
              ("the sum", dict(averaged=HALVES[0] + HALVES[1], **C123)),
              ("one half", dict(averaged=HALVES[0], **C123)),
              ("transposed", dict(averaged=AVERAGED.T, **C123)),
-             ("a list", dict(averaged=AVERAGED.tolist(), **C123))],
+             ("a word", dict(averaged="gradient", **C123))],
 }
 IDS = set(RIGHT)
 
@@ -521,7 +527,7 @@ def test_runs_are_found_beside_the_notebook_not_in_the_working_directory(monkeyp
     (tmp_path / "runs/07_eval_earlystop/rank0.json").write_text(json.dumps({"history": [{"loss": 1.0}] * 6}))
     run_case("07.2", dict(decisions=DECISIONS))  # LESSON's history, not the working directory's
     monkeypatch.delenv("JPY_SESSION_NAME")
-    assert core.lesson_folders() == [series.NOTEBOOK_DIR]
+    assert core.lesson_folders() == [tmp_path, series.NOTEBOOK_DIR]  # no front end: the kernel's folder first
 
 
 def test_the_hang_timeout_comes_from_the_lesson_setting(monkeypatch):

@@ -38,8 +38,11 @@ doctor gives it ``timeout / 4`` (at least 5 s), so the waiting rank fails and sa
 "static" ones are read from the script alone (``hardcoded-device``: on one node RANK equals
 LOCAL_RANK, so no run can show it); "runtime + static" ones are measured, and the script's text
 says where (the ``if`` on the rank) or what (the printed metric never went through a collective).
-``gloo-exit-abort`` is told apart from the script's own failure by the recorder: the rank's exit
-handler ran (it had finished its work) before it died with -6.
+``gloo-exit-abort`` is read from what held the group when the ranks ended it (a live DDP model,
+``torch.distributed.nn`` imported after init), so it is reported whether or not the abort came in this run;
+an abort that came is told apart from the script's own failure by the recorder: the rank's exit handler
+ran (it had finished its work) before it died with -6. Each rank's exit handler waits until every rank has
+finished, so an abort on one rank cannot stop another in its work.
 """
 
 from __future__ import annotations

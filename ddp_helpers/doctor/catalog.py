@@ -109,10 +109,11 @@ CATALOG: dict[str, Entry] = {
         _nb("04", "1. The process group: backend, device, and how a script ends it")),
     "gloo-exit-abort": Entry(
         "warning", "runtime",
-        "the rank finished its work, then gloo aborted it at exit (exit code -6, pytorch/pytorch#190489): "
-        "a DDP model still held the group.",
-        "drop the DDP model before ending the group: `del model` (or `model = None`),\n"
-        "then `dist.destroy_process_group()`.",
+        "something held the group when the rank ended (a DDP model alive at destroy_process_group, or "
+        "torch.distributed.nn imported after init): gloo can abort the rank at exit, after its work is done "
+        "(exit code -6, pytorch/pytorch#190489), and the launch then fails.",
+        "end with the clean exit: `dist.barrier()`, `del model`, `dist.destroy_process_group()`,\n"
+        "with `import torch.distributed.nn` before `init_process_group`.",
         _nb("09", "7. Exit code -6 after the work is done: gloo's exit abort")),
     "no-process-group": Entry(
         "error", "runtime",

@@ -276,3 +276,29 @@ def hardcoded_device(ev: Evidence) -> list[Finding]:
     return [ev.finding("hardcoded-device", line, (
         f"`{code}` picks the device from the global rank (seen by reading the script: on one node RANK "
         "equals LOCAL_RANK, so a run cannot show it)")) for line, code in ev.script.global_rank_devices()]
+
+
+def group_held_at_exit(ev: Evidence) -> list[Finding]:
+    """The ranks that ended their work with the group still held: gloo's exit abort (notebook 09, 7) can kill
+    them at interpreter exit, now and then. Read from what held it, so the finding does not depend on whether
+    the abort came in this run (:func:`ddp_helpers.doctor.collectives.how_it_ended` reports one that came).
+    A group left open is ``no-destroy``'s; the series' ``distributed()`` waits out the group's threads."""
+    held: dict[int, tuple[dict, list[str]]] = {}
+    for rank, record in sorted(ev.records.items()):
+        destroy = record.first("destroy")
+        if destroy is None or destroy.get("by_series") or not record.finished:
+            continue
+        holders = []
+        if destroy.get("ddp_alive"):
+            holders.append(f"{destroy['ddp_alive']} DDP model(s) still existed when destroy_process_group ran")
+        if destroy.get("late_nn"):
+            holders.append("torch.distributed.nn was first imported after init_process_group (by the first "
+                           "optimizer or DDP model), so its functions' defaults hold the group")
+        if holders:
+            held[rank] = (destroy, holders)
+    if not held:
+        return []
+    destroy, holders = held[min(held)]
+    return [ev.finding("gloo-exit-abort", destroy.get("line"), (
+        f"{_ranks(sorted(held))} ended the group while something still held it ({'; '.join(holders)}): gloo can "
+        f"abort a rank at exit with code -6 after its work is done"))]

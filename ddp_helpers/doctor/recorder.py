@@ -2,7 +2,7 @@
 
 The start-up hook (``ddp_helpers/_walk_hook/sitecustomize.py``) calls :func:`install` in every rank of a
 doctor run (``DDP_DOCTOR_RECORD`` names the folder, ``DDP_DOCTOR_SCRIPT`` the learner's file). It wraps
-the DataLoader's iteration, DDP's construction, ``torch.save``/``torch.load``, the collectives,
+the DataLoader's iteration, DDP's construction, ``torch.save``/``torch.load`` and the script's own opens for writing, the collectives,
 ``init_process_group``/``destroy_process_group``, the optimizers' steps, ``print`` and the uncaught
 exception, and appends one JSON line per event to ``FOLDER/rank{RANK}.jsonl``. Each line is written and
 flushed as it happens, so a hang or a crash leaves everything before it. ``line`` is the line of the
@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import atexit
 import builtins
+import collections
 import datetime
 import functools
 import hashlib
+import io
 import json
 import multiprocessing
 import os
@@ -38,6 +40,9 @@ COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_in
                "scatter_object_list")
 _SMALL = 8  # a collective's tensor values are recorded up to this many elements (counts, sums, flags)
 _TEXT = 300  # characters kept of a printed line or an error message
+_EARLY_MODULE = "torch.distributed.nn.functional"  # imported after init, its defaults hold the group (notebook 09, 7)
+_RUNTIME = os.path.join("ddp_helpers", "runtime.py")  # the series' teardown, which waits out the group's threads
+_WRITE_MODES = set("wax+")
 
 
 class Recorder:
@@ -57,6 +62,9 @@ class Recorder:
         self.params: dict[str, Any] | None = None  # after the last optimizer step
         self.params_written = False
         self.crashed = False
+        self.world = 0  # the world size init_process_group gave (0: never initialised)
+        self.early = False  # torch.distributed.nn was imported before init_process_group
+        self.trained = 0  # samples the training passes (grad enabled) handed to the script so far
         self._is_script: dict[str, bool] = {}
 
     def write(self, event: str, **data: Any) -> None:
@@ -157,20 +165,30 @@ def _wrap_process_group(rec: Recorder, dist: Any) -> None:
         wait = os.environ.get(PG_TIMEOUT_ENV)
         if wait and len(args) < 3 and kwargs.get("timeout") is None:  # the script's own timeout wins
             kwargs["timeout"] = datetime.timedelta(seconds=float(wait))
+        rec.early = _EARLY_MODULE in sys.modules
         init(*args, **kwargs)
-        rec.write("init", world=dist.get_world_size(), backend=str(dist.get_backend()), **rec.where())
+        rec.world = dist.get_world_size()
+        rec.write("init", world=rec.world, backend=str(dist.get_backend()), early_nn=rec.early, **rec.where())
 
     @functools.wraps(destroy)
     def recorded_destroy(*args: Any, **kwargs: Any) -> None:
         default_group = not args and kwargs.get("group") is None
         if default_group:
             _write_params(rec)
-            rec.write("destroy", ddp_alive=len(rec.ddp_models), **rec.where())
+            caller = os.path.normpath(sys._getframe(1).f_code.co_filename)
+            rec.write("destroy", ddp_alive=len(rec.ddp_models), late_nn=_late_nn(rec),
+                      by_series=caller.endswith(_RUNTIME), **rec.where())
         destroy(*args, **kwargs)
         if default_group:
             rec.write("destroyed")  # it returned: the group's work on this rank is over
 
     dist.init_process_group, dist.destroy_process_group = recorded_init, recorded_destroy
+
+
+def _late_nn(rec: Recorder) -> bool:
+    """torch.distributed.nn was first imported after init_process_group (by the first optimizer or DDP model):
+    its functions' default ``group=group.WORLD`` then holds the group until the interpreter exits."""
+    return not rec.early and _EARLY_MODULE in sys.modules
 
 
 def _write_params(rec: Recorder) -> None:
@@ -243,6 +261,26 @@ def _wrap_save_load(rec: Recorder, torch: Any) -> None:
     torch.save, torch.load = recorded_save, recorded_load
 
 
+def _wrap_open(rec: Recorder) -> None:
+    """A file the script opens for writing (``open(path, "w")``, ``Path.write_text``) is a save too: json.dump
+    of a result file, a log. Only opens by the script itself (or by pathlib for it): a library's own files
+    (torch.save's, a cache's) are not the script's saves."""
+    original = io.open
+
+    @functools.wraps(original)
+    def recorded(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        handle = original(file, mode, *args, **kwargs)
+        if isinstance(mode, str) and _WRITE_MODES & set(mode) and not isinstance(file, int):
+            caller = sys._getframe(1)
+            name = caller.f_code.co_filename
+            by_pathlib = name.endswith("pathlib.py") or f"{os.sep}pathlib{os.sep}" in name
+            if rec.from_script(name) or (by_pathlib and rec.lines(caller)):
+                rec.write("save", path=_path_of(file), seq=rec.seq, via="open", **rec.where(caller))
+        return handle
+
+    builtins.open = io.open = recorded
+
+
 def _loads_safely(load: Callable[..., Any], path: str) -> bool:
     """Whether the file also loads with weights_only=True (then weights_only=False was not needed)."""
     try:
@@ -303,6 +341,8 @@ def _wrap_loader(rec: Recorder) -> None:
         passes = rec.loaders.get(self, 0)
         rec.loaders[self] = passes + 1
         iterator._doctor_pass = (id(self), passes)
+        iterator._doctor_grad = torch.is_grad_enabled()
+        iterator._doctor_sizes = collections.deque()  # the sizes of the batches drawn and not yet handed over
         rec.write("pass", pass_id=f"{id(self)}:{passes}", grad=torch.is_grad_enabled(),
                   **_sampler_facts(self), **rec.where())
         return iterator
@@ -311,14 +351,23 @@ def _wrap_loader(rec: Recorder) -> None:
         index = next_index(self)
         if hasattr(self, "_doctor_pass") and index is not None and not _is_iterable(self):
             keys = index if isinstance(index, (list, tuple)) else [index]
+            self._doctor_sizes.append(len(keys))
             rec.write("keys", pass_id="%d:%d" % self._doctor_pass,
                       keys=[_base_index(self._dataset, i) for i in keys])
         return index
 
     def recorded_next(self: Any) -> Any:
         batch = next_batch(self)
-        if hasattr(self, "_doctor_pass") and _is_iterable(self):
-            rec.write("keys", pass_id="%d:%d" % self._doctor_pass, keys=_fingerprints(batch))
+        if not hasattr(self, "_doctor_pass"):
+            return batch
+        if _is_iterable(self):
+            keys = _fingerprints(batch)
+            rec.write("keys", pass_id="%d:%d" % self._doctor_pass, keys=keys)
+            size = len(keys)
+        else:  # loader workers draw indices ahead: the batch handed over now is the oldest one drawn
+            size = self._doctor_sizes.popleft() if self._doctor_sizes else 0
+        if self._doctor_grad:
+            rec.trained += size
         return batch
 
     DataLoader.__iter__ = recorded_iter
@@ -338,7 +387,7 @@ def _watch_steps(rec: Recorder) -> None:
     def stepped(optimizer: Any, args: Any, kwargs: Any) -> None:
         rec.steps += 1
         rec.params = {"steps": rec.steps, **_param_sums(optimizer)}
-        rec.write("step", n=rec.steps, seq=rec.seq, **rec.where())
+        rec.write("step", n=rec.steps, seq=rec.seq, samples=rec.trained, **rec.where())
 
     register_optimizer_step_post_hook(stepped)
 
@@ -372,10 +421,12 @@ def _watch_exit(rec: Recorder, dist: Any) -> None:
 
     def finished() -> None:  # registered first, so it runs after the script's own atexit handlers
         _write_params(rec)
-        rec.write("end", pg_alive=dist.is_initialized(), ddp_alive=len(rec.ddp_models), crashed=rec.crashed)
+        rec.write("end", pg_alive=dist.is_initialized(), ddp_alive=len(rec.ddp_models), late_nn=_late_nn(rec),
+                  crashed=rec.crashed)
         if rec.crashed:  # a rank that failed can hang in gloo's shutdown: leave now, with Python's code for it
             rec.file.flush()
             os._exit(1)
+        _wait_for_the_others(rec)
 
     def stopped(signum: int, frame: Any) -> None:  # the launcher's SIGTERM at the timeout: note where we were
         rec.write("stopped", **rec.where(frame))
@@ -385,6 +436,29 @@ def _watch_exit(rec: Recorder, dist: Any) -> None:
     sys.excepthook = crashed
     atexit.register(finished)
     signal.signal(signal.SIGTERM, stopped)  # a script that sets its own handler replaces this one
+
+
+def _wait_for_the_others(rec: Recorder) -> None:
+    """Stay until every rank has recorded its end (or a limit passes). gloo's exit abort (notebook 09, 7) can
+    kill a rank once its interpreter shuts down; torchrun then stops the ranks still running, and a rank
+    stopped in its work would make the run look failed. Waiting here, after this rank's work and before its
+    shutdown, lets the records be complete whether an abort comes or not."""
+    if rec.world < 2:
+        return
+    folder = os.path.dirname(rec.file.name)
+    deadline = time.monotonic() + float(os.environ.get(PG_TIMEOUT_ENV) or 30)
+    waiting = set(range(rec.world)) - {rec.rank}
+    while waiting and time.monotonic() < deadline:
+        for rank in sorted(waiting):
+            try:
+                with io.open(os.path.join(folder, f"rank{rank}.jsonl"), "rb") as f:
+                    f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))  # the end event is among the last lines
+                    if b'{"ev": "end"' in f.read():
+                        waiting.discard(rank)
+            except OSError:
+                pass
+        if waiting:
+            time.sleep(0.05)
 
 
 def _unused(rec: Recorder, message: str) -> list[str]:
@@ -409,6 +483,7 @@ def install(folder: str, script: str) -> Recorder:
     _wrap_process_group(rec, dist)
     _wrap_ddp(rec)
     _wrap_save_load(rec, torch)
+    _wrap_open(rec)
     _wrap_loader(rec)
     _watch_steps(rec)
     _wrap_print(rec)

@@ -22,7 +22,7 @@ _PACKAGE_PARENT = str(Path(__file__).resolve().parent.parent.parent)
 _CHECKS = (checks.data_not_sharded, checks.sampler_epoch_not_set, checks.model_not_wrapped, checks.replicas_diverge,
            checks.save_on_every_rank, checks.load_without_barrier, checks.unsafe_load, checks.eval_duplicates,
            checks.unreduced_metric, checks.no_destroy, checks.no_process_group, checks.hardcoded_device,
-           first_divergence)
+           checks.group_held_at_exit, first_divergence)
 
 
 def validate(nproc: int, timeout: float, args: Sequence[str]) -> list[str]:
@@ -107,6 +107,8 @@ def _assess(ev: checks.Evidence, failure: Exception | None, timeout: float) -> R
     found += checks.unused_parameters(ev, failure_text)
     if "unused-parameters" in {f.id for f in found}:  # DDP stopped mid-reduction: the divergence follows from it
         found = [f for f in found if f.id != "replicas-diverge"]
+    if any(f.id == "gloo-exit-abort" for f in ending.findings):  # the abort came: it is reported, not the risk
+        found = [f for f in found if f.id != "gloo-exit-abort"]
     for extra in ending.findings:  # a crash that a finding explains is not reported twice
         if extra.id == "script-failed" and any(f.level == "error" for f in found):
             continue

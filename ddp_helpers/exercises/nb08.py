@@ -3,9 +3,7 @@ verify the resume, read where a preempted run continues."""
 
 from __future__ import annotations
 
-import ast
 import json
-import math
 import shlex
 from pathlib import Path
 from typing import Any
@@ -13,15 +11,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from ddp_helpers.doctor.conversion import Plain
 from ddp_helpers.exercises.core import (
     Answer,
     Exercise,
-    calls,
     check,
     close,
     find_file,
     flag,
     integer,
+    numbers,
     run_file,
 )
 
@@ -63,36 +62,40 @@ def _launched(ex: Exercise, name: str, result: Any, script: str) -> Path:
     return path
 
 
-def _converted(tree: ast.Module) -> str | None:
-    """What the DDP conversion still lacks, or None."""
-    needed = {"init_process_group": "`dist.init_process_group(...)`", "DistributedSampler": "a `DistributedSampler`",
-              "set_epoch": "`sampler.set_epoch(epoch)` in the epoch loop"}
-    for name, what in needed.items():
-        if not calls(tree, name):
-            return what
-    if not (calls(tree, "DistributedDataParallel") or calls(tree, "DDP")):
-        return "the model wrapped in `DistributedDataParallel`"
-    return None
+# --- 08.1: the learner's conversion, judged by what its ranks did (ddp_helpers.doctor.conversion) ------------
+# scripts/08_plain_digits.py trains on its first 1400 digits for --epochs epochs, 64 samples per optimizer step,
+# and writes <--out>/result.json; the doctor runs the conversion for DOCTOR_EPOCHS epochs
+DOCTOR_EPOCHS = 2
+PLAIN = Plain(samples=PLAIN_TRAIN_SIZE, global_batch=64, epochs=DOCTOR_EPOCHS, saved="result.json")
+RERUN = f"python -m ddp_helpers.doctor scripts/{CONVERTED} --out out --epochs {DOCTOR_EPOCHS}"
+
+
+def _the_launch(ex: Exercise, converted: Any) -> tuple[Any, bool]:
+    """The launch's result, and whether it ended in gloo's exit abort (its WorkerFailed, passed as the answer:
+    the work was done, so it is judged)."""
+    from ddp_helpers.launch import WorkerFailed
+
+    if isinstance(converted, WorkerFailed):
+        ex.require(converted.exit_abort and converted.result is not None,
+                   f"the launch failed: rank {converted.rank} exited with code {converted.exitcode}.",
+                   "read the error the launch printed, fix the script, then launch it again.")
+        return converted.result, True
+    return converted, False
 
 
 @check
 def check_08_1(*, converted: Answer[Any]) -> None:
+    """The learner's launch (its script, its output, the result.json it wrote), then the same script run again
+    under the doctor, whose records say what each rank did: its samples, its optimizer steps, its writes."""
+    from ddp_helpers.doctor.conversion import notes, refusal, shard_sizes
+    from ddp_helpers.doctor.run import examine
+
     ex = Exercise("08.1")
     ex.given(converted=converted)
-    script = _launched(ex, "converted", converted, CONVERTED)
-    ex.every_rank("converted", converted, 2)
-    missing = _converted(ex.tree_of(script))
-    ex.require(missing is None, f"{CONVERTED} lacks {missing}.",
-               "start from scripts/08_plain_digits.py and add the four DDP pieces of section 1's table.")
-    per_rank = math.ceil(PLAIN_TRAIN_SIZE / 2)
-    for rank in (0, 1):
-        counts = [int(w) for line in converted.stdout[rank] if "samples per epoch" in line
-                  for w in line.replace(":", " ").split() if w.isdigit()]
-        ex.require(per_rank in counts,
-                   f"rank {rank} did not print that it trained on its half of the {PLAIN_TRAIN_SIZE} samples.",
-                   "print `len(sampler)` on every rank, e.g. `rank 0: 700 samples per epoch`; if it prints 1400, "
-                   "the DataLoader does not use the DistributedSampler.")
-    out = _out_of(converted.command)
+    launch, aborted = _the_launch(ex, converted)
+    script = _launched(ex, "converted", launch, CONVERTED)
+    ex.every_rank("converted", launch, 2)
+    out = _out_of(launch.command)
     found = find_file(Path(out) / "result.json") if out else None
     ex.require(found is not None, "the launch wrote no result.json into its --out folder.",
                "keep the plain script's `--out` argument and its result.json, written by rank 0 only.")
@@ -104,8 +107,19 @@ def check_08_1(*, converted: Answer[Any]) -> None:
                "write `dist.get_world_size()` as \"world_size\" next to the test accuracy.")
     ex.require(isinstance(result.get("test_accuracy"), float) and result["test_accuracy"] >= 0.85,
                "the converted run's test accuracy is below 85% (the plain script reaches more).",
-               "per-rank batch = 64 // world size keeps the optimisation of the plain script; evaluate on all "
-               "test samples.")
+               "keep the plain script's optimisation (its global batch, learning rate and epochs); evaluate on "
+               "all test samples.")
+
+    report, evidence = examine(script, args=["--out", "out", "--epochs", str(DOCTOR_EPOCHS)], nproc=2)
+    wrong = refusal(report, evidence, PLAIN, rerun=RERUN)
+    if wrong is not None:
+        ex.fail(wrong.what, wrong.hint)
+    for rank, size in sorted(shard_sizes(evidence).items()):
+        printed = [n for line in launch.stdout.get(rank, []) for n in numbers(line)]
+        ex.require(size in printed, f"rank {rank} did not print how many samples its sampler gives it per epoch.",
+                   "print `len(sampler)` on every rank, as the exercise asks.")
+    for line in notes(report, aborted=aborted):  # the learner's launch may have aborted where the doctor's did not
+        print(line)
     ex.correct()
 
 

@@ -44,6 +44,14 @@ def test_steady_tests_exit_zero(tmp_path):
     assert run.returncode == 0 and "stress tests: 0 of 2 rounds had a failure" in run.stdout
 
 
+def test_pytest_options_pass_through(tmp_path):
+    # the docstring's own example: a file, then -k NAME (argparse alone refused the -k)
+    (tmp_path / "test_two.py").write_text("def test_chosen():\n    assert True\n\ndef test_other():\n    assert False\n")
+    run = subprocess.run([sys.executable, str(ROOT / "tools" / "stress_tests.py"), "--rounds", "2",
+                          str(tmp_path / "test_two.py"), "-k", "chosen"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "round 2: 1 tests, 0 failed" in run.stdout, run.stdout + run.stderr
+
+
 def test_kill_stress_counts_a_launch_that_outlives_its_caller(monkeypatch, capsys):
     # the launcher's clean-up turned off (no watchdog, no parent-death signal): the killed caller's agent
     # and worker stay, and the tool says so (then kills them)

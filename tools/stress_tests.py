@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--busy", action="store_true", help="keep every core busy with a spinning process meanwhile")
     parser.add_argument("pytest_args", nargs="*", default=LAUNCH_HEAVY,
                         help="test files and pytest options (default: the launch-heavy files)")
-    options = parser.parse_args(argv)
+    options, pytest_options = parser.parse_known_args(argv)  # -k, -x...: pytest's, passed on in order
+    options.pytest_args = [*options.pytest_args, *pytest_options]
     if options.rounds < 1:
         parser.error("--rounds must be at least 1")
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "DDP_BACKEND": "gloo"}

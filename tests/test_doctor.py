@@ -18,9 +18,10 @@ import pytest
 from ddp_helpers.doctor import catalog, check
 from ddp_helpers.doctor.checks import Evidence
 from ddp_helpers.doctor.collectives import how_it_ended
+from ddp_helpers.doctor.conversion import Plain, refusal, step_samples, training_passes
 from ddp_helpers.doctor.records import RankRecord
 from ddp_helpers.doctor.report import Finding, Report, from_dict
-from ddp_helpers.doctor.run import diagnose
+from ddp_helpers.doctor.run import diagnose, examine
 from ddp_helpers.doctor.static import Script
 from ddp_helpers.launch import LaunchTimeout, WorkerFailed
 
@@ -277,3 +278,115 @@ def test_the_documented_table_is_the_catalogue():
     readme = (ROOT / "README.md").read_text().split("## Check your own script", 1)[1]
     assert table_rows(package_doc) == expected
     assert table_rows(readme.split("\n## ", 1)[0]) == expected
+
+
+# --- gloo's exit abort: reported from what held the group, and never a reason to stop another rank's work ---
+@pytest.mark.parametrize("destroy, finished, held", [
+    ({"ddp_alive": 1}, True, "1 DDP model(s) still existed"),
+    ({"ddp_alive": 0, "late_nn": True}, True, "torch.distributed.nn was first imported after init_process_group"),
+    ({"ddp_alive": 0, "late_nn": False}, True, None),  # the clean exit: nothing held it
+    ({"ddp_alive": 1, "late_nn": True, "by_series": True}, True, None),  # distributed()'s teardown waits it out
+    ({"ddp_alive": 1}, False, None),  # the rank never finished: its failure is reported, not this
+])
+def test_a_group_held_at_exit_is_reported_whether_or_not_the_abort_came(tmp_path, destroy, finished, held):
+    from ddp_helpers.doctor.checks import group_held_at_exit
+
+    end = [{"ev": "end", "pg_alive": False, "ddp_alive": 0, "crashed": False}] if finished else []
+    at = {"ev": "destroy", "line": 9, **destroy}
+    ev = evidence(tmp_path, {0: [INIT, at, {"ev": "destroyed"}, *end], 1: [INIT, at, {"ev": "destroyed"}, *end]})
+    found = group_held_at_exit(ev)
+    assert [f.id for f in found] == (["gloo-exit-abort"] if held else [])
+    if held:
+        assert held in found[0].message and "ranks 0 and 1" in found[0].message and found[0].line == 9
+        assert how_it_ended(ev, None, 60).outcome == "completed"
+
+
+ABORT_ON_RANK_0 = '''import os
+import time
+
+import torch
+import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401
+
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+dist.barrier()
+
+
+class ExitAbort:  # gloo's exit abort, played: SIGABRT once rank 0's interpreter clears the script's names
+    def __del__(self, abort=os.abort):
+        abort()
+
+
+if rank == 0:
+    at_exit = ExitAbort()
+dist.destroy_process_group()
+if rank == 1:  # still working when rank 0 ends: torchrun stops the others once one rank fails
+    time.sleep(3)
+    torch.save({"done": torch.ones(1)}, "late.pt")
+    print("rank 1 finished its work")
+'''
+
+
+def test_an_abort_on_one_rank_does_not_stop_another_in_its_work(tmp_path):
+    """Rank 0 dies with -6 after its work while rank 1 still works: the recorder's exit handler keeps rank 0
+    until rank 1 has ended, so the run is judged on both ranks' whole work, as if no abort had come."""
+    script = tmp_path / "aborts.py"
+    script.write_text(ABORT_ON_RANK_0)
+    report, ev = examine(script, timeout=60)
+    assert report.outcome == "completed" and report.ids == ["gloo-exit-abort"], report.render()
+    assert "rank 0 finished the script" in report.findings[0].message and report.exit_code == 0
+    assert ev.records[1].finished and [e["path"].endswith("late.pt") for e in ev.records[1].of("save")] == [True]
+    assert [e["text"] for e in ev.records[1].of("print")] == ["rank 1 finished its work"]
+
+
+def test_the_script_own_writes_and_the_samples_of_each_step_are_recorded(tmp_path):
+    """A file opened for writing by the script (json.dump, Path.write_text) is a save; each optimizer step
+    records the training samples handed over so far (an evaluation pass adds none)."""
+    script = tmp_path / "writes.py"
+    script.write_text('''import json
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.nn  # noqa: F401
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+dist.init_process_group("gloo")
+data = TensorDataset(torch.randn(40, 3), torch.randn(40, 1))
+sampler = DistributedSampler(data, seed=0)
+model = DDP(torch.nn.Linear(3, 1))
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    sampler.set_epoch(epoch)
+    for x, y in DataLoader(data, batch_size=8, sampler=sampler):
+        optimizer.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        optimizer.step()
+with torch.no_grad():
+    for x, y in DataLoader(data, batch_size=8):
+        model(x)
+if dist.get_rank() == 0:
+    with open("result.json", "w") as f:
+        json.dump({"ok": 1}, f)
+    Path("note.txt").write_text("done")
+dist.barrier()
+del model
+dist.destroy_process_group()
+''')
+    report, ev = examine(script, timeout=60)
+    assert report.outcome == "completed" and report.findings == [], report.render()
+    for rank in (0, 1):  # 20 samples a rank and epoch in batches of 8: 8, 8, 4
+        assert step_samples(ev.records[rank]) == [8, 8, 4] * 2
+        assert len(training_passes(ev.records[rank])) == 2
+    saved = sorted((rank, Path(e["path"]).name, e["line"]) for rank, r in ev.records.items() for e in r.of("save"))
+    assert saved == [(0, "note.txt", 27), (0, "result.json", 25)]
+    plain = Plain(samples=40, global_batch=16, epochs=2, saved="result.json")
+    assert plain.steps() == [16, 16, 8] and refusal(report, ev, plain, rerun="doctor") is None
+    wrong = refusal(report, ev, Plain(samples=40, global_batch=8, epochs=2, saved="result.json"), rerun="doctor")
+    assert wrong is not None and "global batches of 8 or 16 samples" in wrong.what
+    assert refusal(report, ev, Plain(40, 16, 2, "note.txt"), rerun="doctor") is None
+    assert refusal(report, ev, Plain(40, 16, 2, "model.pt"), rerun="doctor").what == (
+        "no rank wrote model.pt.")
+    assert "trained in 2 passes" in refusal(report, ev, Plain(40, 16, 3, "result.json"), rerun="doctor").what

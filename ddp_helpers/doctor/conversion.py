@@ -160,8 +160,9 @@ def _writers(evidence: Evidence, plain: Plain) -> Refusal | None:
                       if str(save.get("path", "")).endswith(plain.saved)})
     if writers == [0]:
         return None
-    did = f"{plain.saved} was written by {_ranks(writers)}" if writers else f"no rank wrote {plain.saved}"
-    return Refusal(f"{did}, not by rank 0 alone.",
+    did = f"{plain.saved} was written by {_ranks(writers)}, not by rank 0 alone" if writers else \
+        f"no rank wrote {plain.saved}"
+    return Refusal(f"{did}.",
                    f"keep the plain script's writing of {plain.saved}, on rank 0 only (`if rank == 0:`).")
 
 

@@ -168,6 +168,7 @@ WRONG1 = {label: script(f"s1_{i}", text) for i, (label, text) in enumerate(WRONG
 RESULT_OK = folder("ex1", {"result.json": {"test_accuracy": 0.95, "world_size": 2}})
 RESULT_OLD = folder("ex1_old", {"result.json": {"test_accuracy": 0.95, "world_size": 2}}, older_than=CONVERTED)
 RESULT_ONE = folder("ex1_one", {"result.json": {"test_accuracy": 0.95, "world_size": 1}})
+RESULT_LOW = folder("ex1_low", {"result.json": {"test_accuracy": 0.5, "world_size": 2}})
 HALVES = {0: ["rank 0: 700 samples per epoch", "epoch 0: loss 0.5", "test accuracy 0.95"],
           1: ["rank 1: 700 samples per epoch"]}
 WHOLE = {0: ["rank 0: 1400 samples per epoch"], 1: ["rank 1: 1400 samples per epoch"]}
@@ -259,6 +260,7 @@ WRONG08 = {
                                                                                        out=RESULT_OLD))),
              ("one process", dict(converted=launch(CONVERTED, {0: HALVES[0]}, out=RESULT_OK, nproc=1))),
              ("world size 1 recorded", dict(converted=launch(CONVERTED, HALVES, out=RESULT_ONE))),
+             ("a low test accuracy", dict(converted=launch(CONVERTED, HALVES, out=RESULT_LOW))),
              ("no --out", dict(converted=launch(CONVERTED, HALVES))),
              ("a launch of another script", dict(converted=launch(COPY, HALVES, out=RESULT_OK))),
              ("a launch that failed in its work", dict(converted=WorkerFailed(
@@ -311,6 +313,7 @@ SAYS1 = {"a silent rank": "printed nothing",
          "a stale run: the script edited after its launch": "older than the script",
          "one process": "ran 1 process",
          "world size 1 recorded": "world size of 2",
+         "a low test accuracy": "below 85%",
          "no --out": "no result.json",
          "a launch of another script": "did not run 08_ex_ddp_digits.py",
          "a launch that failed in its work": "exited with code 1"}

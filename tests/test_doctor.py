@@ -340,9 +340,11 @@ def test_an_abort_on_one_rank_does_not_stop_another_in_its_work(tmp_path):
     assert [e["text"] for e in ev.records[1].of("print")] == ["rank 1 finished its work"]
 
 
-def test_the_script_own_writes_and_the_samples_of_each_step_are_recorded(tmp_path):
+@pytest.mark.parametrize("workers", ["0", "2, persistent_workers=True"])
+def test_the_script_own_writes_and_the_samples_of_each_step_are_recorded(tmp_path, workers):
     """A file opened for writing by the script (json.dump, Path.write_text) is a save; each optimizer step
-    records the training samples handed over so far (an evaluation pass adds none)."""
+    records the training samples handed over so far (an evaluation pass adds none), loader workers that draw
+    ahead (and persist from one pass to the next) or not."""
     script = tmp_path / "writes.py"
     script.write_text('''import json
 from pathlib import Path
@@ -358,9 +360,10 @@ data = TensorDataset(torch.randn(40, 3), torch.randn(40, 1))
 sampler = DistributedSampler(data, seed=0)
 model = DDP(torch.nn.Linear(3, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(data, batch_size=8, sampler=sampler, num_workers=WORKERS)
 for epoch in range(2):
     sampler.set_epoch(epoch)
-    for x, y in DataLoader(data, batch_size=8, sampler=sampler):
+    for x, y in loader:
         optimizer.zero_grad()
         torch.nn.functional.mse_loss(model(x), y).backward()
         optimizer.step()
@@ -374,14 +377,14 @@ if dist.get_rank() == 0:
 dist.barrier()
 del model
 dist.destroy_process_group()
-''')
+'''.replace("WORKERS", workers))
     report, ev = examine(script, timeout=60)
     assert report.outcome == "completed" and report.findings == [], report.render()
     for rank in (0, 1):  # 20 samples a rank and epoch in batches of 8: 8, 8, 4
         assert step_samples(ev.records[rank]) == [8, 8, 4] * 2
         assert len(training_passes(ev.records[rank])) == 2
     saved = sorted((rank, Path(e["path"]).name, e["line"]) for rank, r in ev.records.items() for e in r.of("save"))
-    assert saved == [(0, "note.txt", 27), (0, "result.json", 25)]
+    assert saved == [(0, "note.txt", 28), (0, "result.json", 26)]
     plain = Plain(samples=40, global_batch=16, epochs=2, saved="result.json")
     assert plain.steps() == [16, 16, 8] and refusal(report, ev, plain, rerun="doctor") is None
     wrong = refusal(report, ev, Plain(samples=40, global_batch=8, epochs=2, saved="result.json"), rerun="doctor")

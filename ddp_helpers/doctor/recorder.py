@@ -337,6 +337,9 @@ def _wrap_loader(rec: Recorder) -> None:
     def recorded_iter(self: Any) -> Any:
         import torch
 
+        reused = getattr(self, "_iterator", None)  # persistent workers: the old iterator is reset for this pass
+        if reused is not None:
+            reused._doctor_pass = None
         iterator = start(self)
         passes = rec.loaders.get(self, 0)
         rec.loaders[self] = passes + 1
@@ -345,20 +348,27 @@ def _wrap_loader(rec: Recorder) -> None:
         iterator._doctor_sizes = collections.deque()  # the sizes of the batches drawn and not yet handed over
         rec.write("pass", pass_id=f"{id(self)}:{passes}", grad=torch.is_grad_enabled(),
                   **_sampler_facts(self), **rec.where())
+        for keys in iterator.__dict__.pop("_doctor_early", []):  # drawn by the workers' prefetch, before now
+            _drawn(iterator, keys)
         return iterator
+
+    def _drawn(iterator: Any, keys: list[Any]) -> None:
+        iterator._doctor_sizes.append(len(keys))
+        rec.write("keys", pass_id="%d:%d" % iterator._doctor_pass, keys=[_base_index(iterator._dataset, i) for i in keys])
 
     def recorded_index(self: Any) -> Any:
         index = next_index(self)
-        if hasattr(self, "_doctor_pass") and index is not None and not _is_iterable(self):
-            keys = index if isinstance(index, (list, tuple)) else [index]
-            self._doctor_sizes.append(len(keys))
-            rec.write("keys", pass_id="%d:%d" % self._doctor_pass,
-                      keys=[_base_index(self._dataset, i) for i in keys])
+        if index is not None and not _is_iterable(self):
+            keys = list(index) if isinstance(index, (list, tuple)) else [index]
+            if getattr(self, "_doctor_pass", None) is None:  # loader workers prefetch while the iterator starts
+                self.__dict__.setdefault("_doctor_early", []).append(keys)
+            else:
+                _drawn(self, keys)
         return index
 
     def recorded_next(self: Any) -> Any:
         batch = next_batch(self)
-        if not hasattr(self, "_doctor_pass"):
+        if getattr(self, "_doctor_pass", None) is None:
             return batch
         if _is_iterable(self):
             keys = _fingerprints(batch)

@@ -182,6 +182,18 @@ def test_a_difference_in_a_result_file_is_detected(check):
     assert code == 1
 
 
+def test_the_launchers_hidden_records_are_not_compared(check):
+    # .launch.json (which script ran, when) differs between any two launches; a visible file still counts
+    def behave(launch, side):
+        return "ok", {0: ["done"]}, {"runs/rec/.launch.json": {"started": 1.0 if side == "cpu" else 2.0},
+                                     "runs/rec/results.json": {"count": 3 if launch["script"] == "scripts/same.py" or side == "cpu" else 4}}
+
+    launches = [{"script": "scripts/same.py", "args": ["runs/rec"]}, {"script": "scripts/differs.py", "args": ["runs/rec"]}]
+    code, out, _ = check(launches, gpus=2, behave=behave)
+    assert row(out, "same.py").endswith(" ok") and ".launch.json" not in out
+    assert "runs/rec/results.json.count: 3 vs 4" in row(out, "differs.py") and code == 1
+
+
 def test_each_side_has_its_own_files_and_the_notebooks_files_come_back(check):
     original = gpu_check.NOTEBOOKS / "runs" / "chain" / "count.json"
     original.parent.mkdir(parents=True)

@@ -215,12 +215,13 @@ def file_clock_now() -> int:
 
 
 def result_files(paths: list[str], since_ns: int) -> dict[str, object]:
-    """{file: its JSON} for the .json files under the output paths written since since_ns."""
+    """{file: its JSON} for the .json files under the output paths written since since_ns. Hidden files are
+    left out: the launcher's own records (.launch.json: which script ran, when) differ between any two runs."""
     found: dict[str, object] = {}
     for p in paths:
         root = NOTEBOOKS / p
         for f in [root] if root.is_file() else sorted(root.rglob("*.json")) if root.is_dir() else []:
-            if f.suffix == ".json" and f.stat().st_mtime_ns >= since_ns:
+            if f.suffix == ".json" and not f.name.startswith(".") and f.stat().st_mtime_ns >= since_ns:
                 try:
                     found[str(f.relative_to(NOTEBOOKS))] = json.loads(f.read_text())
                 except (OSError, ValueError) as err:

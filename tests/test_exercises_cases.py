@@ -133,6 +133,9 @@ NO_GUARD = write(TMP, "03_ex_no_guard.py", "import torch.multiprocessing as mp\n
 (TMP / "guarded").mkdir(exist_ok=True)
 GUARDED = write(TMP / "guarded", "03_ex_no_guard.py", NO_GUARD.read_text().replace(
     "mp.spawn(", "if __name__ == '__main__':\n    mp.spawn("))
+(TMP / "context").mkdir(exist_ok=True)
+SPAWN_CONTEXT = write(TMP / "context", "03_ex_no_guard.py", NO_GUARD.read_text().replace(
+    "mp.spawn(worker, nprocs=1)\n", "context = mp.spawn(worker, nprocs=1, join=False)\ncontext.join()\n"))
 BOOT = "RuntimeError: An attempt has been made ... has finished its bootstrapping phase."
 RECORD_SRC = ("import os\n\nfrom torch.distributed.elastic.multiprocessing.errors import record\n\n\n@record\n"
               "def main():\n    raise ValueError('learning rate must be positive')\n\n\nif __name__ == '__main__':\n"
@@ -143,6 +146,13 @@ NO_RECORD = write(TMP, "03_ex_no_record.py", RECORD_SRC.replace("from torch.dist
 ONLY_DECORATOR = write(TMP / "only_decorator", "03_ex_no_record.py", RECORD_SRC.replace("@record\n", ""))
 (TMP / "with_record").mkdir(exist_ok=True)
 WITH_RECORD = write(TMP / "with_record", "03_ex_no_record.py", RECORD_SRC)
+(TMP / "exit_message").mkdir(exist_ok=True)
+EXIT_MESSAGE = write(TMP / "exit_message", "03_ex_no_record.py", NO_RECORD.read_text().replace(
+    "raise ValueError('learning rate must be positive')", "sys.exit('learning rate must be positive')").replace(
+    "import os\n", "import os\nimport sys\n"))
+(TMP / "bare_exit").mkdir(exist_ok=True)
+BARE_EXIT = write(TMP / "bare_exit", "03_ex_no_record.py", EXIT_MESSAGE.read_text().replace(
+    "sys.exit('learning rate must be positive')", "sys.exit()"))
 ROOT_NA = "... Root Cause (first observed failure):\n  error_file: <N/A>\n  traceback : To enable traceback see ...\n"
 
 
@@ -329,8 +339,10 @@ RIGHT = {
              dict(four=launch(SAMPLER, 4, {0: [COUNTS_LINE]}, args="--epochs 1 --dataset-size 10"),
                   padded_count=np.int64(12), exact_count=10.0)],
     "03.1": [dict(no_guard=proc([sys.executable, str(NO_GUARD)], 1, BOOT)),
-             dict(no_guard=proc((sys.executable, str(NO_GUARD)), 1, "x\n" + BOOT), script=NO_GUARD)],
-    "03.2": [dict(bare=torchrun_proc(NO_RECORD)), dict(bare=torchrun_proc(ONLY_DECORATOR))],
+             dict(no_guard=proc((sys.executable, str(NO_GUARD)), 1, "x\n" + BOOT), script=NO_GUARD),
+             dict(no_guard=proc([sys.executable, str(SPAWN_CONTEXT)], 1, BOOT))],  # spawn's context kept
+    "03.2": [dict(bare=torchrun_proc(NO_RECORD)), dict(bare=torchrun_proc(ONLY_DECORATOR)),
+             dict(bare=torchrun_proc(EXIT_MESSAGE))],  # sys.exit(message): the worker fails without a raise
     "03.3": [dict(counts=["0", "1", "2"], caught=failed()),
              dict(counts=(0, 1, 2), caught=failed(flags=("--max_restarts", "2")))],
     "04.1": [dict(unused=["head_b.bias", "head_b.weight"]), dict(unused=("head_b.weight", "head_b.bias"))],
@@ -420,6 +432,7 @@ WRONG = {
              ("no bootstrap error", dict(no_guard=proc([sys.executable, str(NO_GUARD)], 1, "other"))),
              ("not a process", dict(no_guard="exit code 1"))],
     "03.2": [("still @record", dict(bare=torchrun_proc(WITH_RECORD))),
+             ("a bare sys.exit(): the worker does not fail", dict(bare=torchrun_proc(BARE_EXIT))),
              ("not torchrun", dict(bare=proc([sys.executable, str(NO_RECORD)], 1, ROOT_NA))),
              ("no Root Cause", dict(bare=torchrun_proc(NO_RECORD, stderr="ValueError"))),
              ("worker error in the block", dict(bare=torchrun_proc(NO_RECORD, stderr="Root Cause\n error_file: x\n"

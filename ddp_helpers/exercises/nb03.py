@@ -54,8 +54,9 @@ def check_03_1(*, no_guard: Answer[subprocess.CompletedProcess],
     script = "scripts/03_ex_no_guard.py"  # the exercise's file, whatever older check cells pass
     tree = _parsed(_script_run(ex, "no_guard", no_guard, Path(script).name,
                                "use `run_python(\"scripts/03_ex_no_guard.py\")`."))
-    top_spawn = any(isinstance(n, ast.Expr) and isinstance(n.value, ast.Call) and _called(n.value) == "spawn"
-                    for n in tree.body)
+    # a spawn call in a top-level statement: `mp.spawn(...)`, `context = mp.spawn(..., join=False)`, ...
+    top_spawn = any(isinstance(n, ast.Expr | ast.Assign | ast.AnnAssign) and
+                    any(isinstance(c, ast.Call) and _called(c) == "spawn" for c in ast.walk(n)) for n in tree.body)
     guarded = any(isinstance(n, ast.If) and "__main__" in ast.unparse(n.test) for n in tree.body)
     ex.require(top_spawn and not guarded,
                f"{script} does not call `mp.spawn` at top level without a `__main__` guard.",
@@ -80,7 +81,9 @@ def check_03_2(*, bare: Answer[subprocess.CompletedProcess],
     tree = _parsed(_script_run(ex, "bare", bare, Path(script).name, hint))
     decorators = {_called(d) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
                   for d in n.decorator_list}
-    raises = any(isinstance(n, ast.Raise) for n in ast.walk(tree))
+    # the worker fails: a raise, or sys.exit/exit with a message or a code (not a bare exit(), which is 0)
+    raises = any(isinstance(n, ast.Raise) or (isinstance(n, ast.Call) and _called(n) == "exit" and n.args)
+                 for n in ast.walk(tree))
     ex.require(raises and "record" not in decorators,
                f"{script} should raise like scripts/03_record_report.py, without `@record`.",
                "copy the worker, then delete the import of `record` and the decorator.")

@@ -158,8 +158,8 @@ test: $(STAMP) lint unit nbval
 # test_launch.py's orphan check sees only its own launches). Not the default: it saved nothing on 2 cores.
 UNIT_JOBS ?= 0
 unit: $(STAMP)
-	$(CPU_ENV) $(BIN)/python -m pytest -q --durations=25 $(if $(filter-out 0,$(UNIT_JOBS)),-n $(UNIT_JOBS) --dist loadfile) \
-	  tests --ignore=tests/browser --ignore=tests/slurm
+	$(CPU_ENV) $(BIN)/python -m pytest -q $(if $(filter-out 0,$(UNIT_JOBS)),-n $(UNIT_JOBS) --dist loadfile) \
+	  tests --ignore=tests/browser --ignore=tests/slurm --durations=25
 
 # A learner's session in headless Chromium (Debian's chromium package; .ci/run installs it).
 test-browser: $(STAMP) $(LAB_SETTINGS)

@@ -13,15 +13,8 @@ watchdog starts.
 The command printed before a launch is derived from the one that runs
 (:class:`LaunchPlan`), less the flags the launcher adds for itself.
 
-Every launch records its provenance: the script's absolute path and the sha256 of its content at launch,
-when it started and ended, its world size and script arguments (on the :class:`LaunchResult`), and the
-results that ``torchrun`` returned are kept in a process-local registry (:func:`is_registered_launch`), so
-a hand-typed or copied ``LaunchResult`` is recognisably not a launch. After every launch, ok or failed, the
-same record is written as JSON into the run's output (:func:`output_targets`): ``.launch.json`` in each
-folder the script's arguments name that the launch wrote into, ``.<file>.launch.json`` beside each file
-argument the launch wrote, and ``.launch.json`` in the folder of a script's argparse ``--out`` default when
-the launch did not pass it. A folder the launch did not write into keeps the record of the launch that did.
-The exercise checks read them (:mod:`ddp_helpers.exercises.provenance`).
+Every launch records its provenance (:mod:`ddp_helpers.launch_record`): on its :class:`LaunchResult`, in a
+process-local registry, and as ``.launch.json`` in the run's output.
 
 In a notebook, these errors' tracebacks show the learner's cell and the failing rank's
 traceback, not this module's frames: ``torchrun`` registers an IPython handler for its own
@@ -31,8 +24,6 @@ OMP_NUM_THREADS notice (:func:`is_omp_notice`); it stays in ``LaunchResult.agent
 
 from __future__ import annotations
 
-import ast
-import hashlib
 import json
 import os
 import queue
@@ -45,15 +36,27 @@ import sys
 import tempfile
 import threading
 import time
-import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Literal, NoReturn, get_args
+from typing import IO, TYPE_CHECKING, NoReturn
 
 import psutil
 
+from ddp_helpers.launch_record import (  # noqa: F401  re-exported: provenance readers import them from here
+    LAUNCHER,
+    PROVENANCE_FILE,
+    RECORD_ENV,
+    file_sha256,
+    is_registered_launch,
+    output_targets,
+    record_launch,
+    register,
+    sidecar,
+    write_provenance,
+)
 from ddp_helpers.launch_watchdog import start_watchdog, stop_watchdog, terminate
+from ddp_helpers.live_view import LiveMode, _in_kernel, _live_mode, _live_sink, is_omp_notice  # noqa: F401  is_omp_notice re-exported
 from ddp_helpers.runtime import FAILURES_ENV
 from ddp_helpers.tracebacks import install_traceback_filter
 
@@ -168,128 +171,12 @@ class LaunchResult:
                 "nnodes": self.nnodes, "args": list(self.args), "ok": self.ok}
 
 
-LAUNCHER = "ddp_helpers.launch.torchrun"
-PROVENANCE_FILE = ".launch.json"
-# the results torchrun() returned (or attached to its errors) in this process, by id; a copy or a
-# hand-made LaunchResult is not here, and an entry goes when its result is garbage-collected
-_LAUNCHES: weakref.WeakValueDictionary[int, LaunchResult] = weakref.WeakValueDictionary()
-
-
-def is_registered_launch(value: object) -> bool:
-    """``value`` is a result that :func:`torchrun` itself made in this process (not typed, copied or unpickled)."""
-    return isinstance(value, LaunchResult) and _LAUNCHES.get(id(value)) is value
-
-
-def _register(result: LaunchResult) -> LaunchResult:
-    _LAUNCHES[id(result)] = result
-    return result
-
-
-def file_sha256(path: str | os.PathLike) -> str:
-    """The hex sha256 of a file's bytes ("" when it cannot be read)."""
-    try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-    except OSError:
-        return ""
-
-
-def sidecar(path: str | os.PathLike) -> Path:
-    """Where the provenance of a launch that wrote the file ``path`` is kept: ``.<name>.launch.json`` beside it."""
-    path = Path(path)
-    return path.parent / f".{path.name}{PROVENANCE_FILE}"
-
-
-_OUT_OPTION_RE = re.compile(r"^--out(put)?([-_]?dir)?$")
-
-
-def _argparse_out_default(script: Path) -> tuple[list[str], str] | None:
-    """(the option's spellings, its default) of an ``--out``/``--out-dir``/``--output`` argparse option with a
-    literal string default in ``script``, else None."""
-    try:
-        tree = ast.parse(script.read_text())
-    except (OSError, SyntaxError, ValueError):
-        return None
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "add_argument"):
-            continue
-        names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-        default = next((k.value.value for k in node.keywords if k.arg == "default"
-                        and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str)), None)
-        if default and any(_OUT_OPTION_RE.match(n) for n in names):
-            return names, default
-    return None
-
-
-def _written_since(folder: Path, started: float) -> bool:
-    """The folder or one of its entries (a file, a subfolder) changed at or after ``started``; the launch's own
-    record there does not count."""
-    if folder.stat().st_mtime >= started:
-        return True
-    with os.scandir(folder) as entries:
-        return any(e.name != PROVENANCE_FILE and e.stat().st_mtime >= started for e in entries)
-
-
-def output_targets(script: Path, script_args: Sequence[str], cwd: Path, started: float) -> list[Path]:
-    """The provenance files a launch writes (see the module's docstring), for a launch run in ``cwd``:
-
-    - ``DIR/.launch.json`` for each script argument (or the value of ``--flag=value``) naming an existing
-      folder that the launch wrote into (the folder, or an entry of it, changed since ``started``), except
-      the launch's folder itself and the folders above it: a launch that failed before writing anything
-      (notebook 07's hang demo, into the lesson's folder) leaves the record of the run whose files are there;
-    - ``.<name>.launch.json`` beside each argument naming a file written since ``started`` (an output file
-      in a folder shared with other launches, e.g. runs/10_performance/sweep.json);
-    - the fallback for workers whose output folder is an argparse default: when the script declares
-      ``--out`` (``--out-dir``, ``--output``) with a literal string default and the launch does not pass
-      that option, ``.launch.json`` in that default folder if it exists after the launch.
-    """
-    cwd = cwd.resolve()
-    above = {cwd, *cwd.parents}
-    values = [a.split("=", 1)[1] if a.startswith("-") and "=" in a else a for a in script_args]
-    option = _argparse_out_default(script)
-    if option is not None and not any(a.split("=", 1)[0] in option[0] for a in script_args):
-        values.append(option[1])
-    targets: list[Path] = []
-    for value in values:
-        if not value or value.startswith("-"):
-            continue
-        path = Path(value) if Path(value).is_absolute() else cwd / value
-        try:
-            if path.is_dir() and path.resolve() not in above and _written_since(path, started):
-                target = path / PROVENANCE_FILE
-            elif path.is_file() and path.stat().st_mtime >= started:
-                target = sidecar(path)
-            else:
-                continue
-        except OSError:
-            continue
-        if target not in targets:
-            targets.append(target)
-    return targets
-
-
-def write_provenance(target: Path, record: Mapping[str, object]) -> bool:
-    """Write the record as JSON to ``target`` atomically (a temporary file, then os.replace); False when the
-    folder cannot be written (a launch never fails for its record)."""
-    tmp = target.parent / f"{target.name}.{os.getpid()}.{threading.get_ident()}.tmp"
-    try:
-        tmp.write_text(json.dumps(dict(record), indent=1) + "\n")
-        os.replace(tmp, target)
-        return True
-    except OSError:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        return False
-
-
 def _finish(result: LaunchResult, ok: bool, cwd: str | os.PathLike | None) -> None:
     """Close the launch's record: its end, its outcome, the registry and the provenance files."""
     if not result.ended:
         result.ended = time.time()
     result.ok = ok
-    _register(result)
+    register(result)
     for target in output_targets(Path(result.script), result.args, Path(cwd or os.getcwd()), result.started):
         write_provenance(target, result.provenance())
 
@@ -312,7 +199,7 @@ def _launch_for_tests(script: str | os.PathLike, nproc: int = 2, stdout: Mapping
                           started=started, script=str(path), sha256=file_sha256(path),
                           ended=started + seconds if ended is None else ended, nproc=nproc, nnodes=nnodes,
                           args=script_args, launcher=LAUNCHER, ok=ok)
-    _register(result)
+    register(result)
     if outputs:
         for target in output_targets(path, script_args, Path(cwd or os.getcwd()), 0.0):
             write_provenance(target, result.provenance())
@@ -468,67 +355,6 @@ def _validate(script: str | os.PathLike, nproc: int, nnodes: int, timeout: float
             isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
         raise TypeError(f"env must be a dict of str to str, e.g. {{'EPOCHS': '3'}}, got {env!r}")
     return path, script_args, flags, parsed, _live_mode(live)
-
-
-LiveMode = Literal["auto", "widget", "stdout", "quiet"]
-_LIVE_MODES: tuple[str, ...] = get_args(LiveMode)
-
-
-def _live_mode(live: str) -> str:
-    """The live mode that ``live`` (and DDP_HELPERS_LIVE for "auto") selects."""
-    if live not in _LIVE_MODES:
-        raise ValueError(f"live must be 'auto', 'widget', 'stdout' or 'quiet', got {live!r}")
-    if live != "auto":
-        return live
-    mode = os.environ.get("DDP_HELPERS_LIVE", "auto")
-    if mode not in _LIVE_MODES:
-        raise ValueError(f"DDP_HELPERS_LIVE must be 'auto', 'widget', 'stdout' or 'quiet', got {mode!r}")
-    if mode == "auto":
-        mode = "widget" if _in_kernel() else "stdout"
-    return mode
-
-
-def _live_sink(mode: str):
-    """Return write(line) for the live stream of a mode from _live_mode."""
-    if mode == "widget":
-        try:
-            import ipywidgets
-            from IPython.display import display
-        except ImportError:
-            mode = "stdout"
-        else:
-            out = ipywidgets.Output(layout={"max_height": "18em", "overflow": "auto",
-                                            "border": "1px solid #ccc"})
-            display(out)
-            return out.append_stdout
-    if mode == "stdout":
-        return lambda line: print(line, end="", flush=True)
-    return lambda line: None  # quiet
-
-
-# torchrun's notice when it sets OMP_NUM_THREADS=1 for its workers (torch/distributed/run.py,
-# config_from_args: nproc_per_node > 1 and OMP_NUM_THREADS unset), framed by lines of stars.
-_OMP_NOTICE = "Setting OMP_NUM_THREADS environment variable for each process"
-_LOG_HEADER_RE = re.compile(r"^[DIWEF]\d{4} [\d:.]+ \d+ \S*torch/distributed/run\.py:\d+\]\s*$")
-
-
-def is_omp_notice(line: str) -> bool:
-    """True for the lines of torchrun's OMP_NUM_THREADS notice, which the live view leaves out.
-
-    The notice stays in ``LaunchResult.agent_log``; notebook 00 explains it once.
-    """
-    text = line.strip()
-    return (_OMP_NOTICE in text or (len(text) >= 5 and set(text) == {"*"}) or not text
-            or bool(_LOG_HEADER_RE.match(text)))
-
-
-def _in_kernel() -> bool:
-    try:
-        from IPython import get_ipython
-    except ImportError:
-        return False
-    ip = get_ipython()
-    return ip is not None and "IPKernelApp" in getattr(ip, "config", {})
 
 
 def _with_parent_death_signal(argv: list[str]) -> list[str]:
@@ -695,7 +521,7 @@ def _run(plan: LaunchPlan, path: Path, nproc: int, nnodes: int, script_args: lis
         result.agent_log = agent_log
     codes = [p.returncode for p in procs]
     _finish(result, not any(codes), cwd)
-    _record_launch(path, nproc, nnodes, script_args, caller_env, torchrun_args, timeout, codes)
+    record_launch(path, nproc, nnodes, script_args, caller_env, torchrun_args, timeout, codes)
     if any(codes):
         failure = _failure(result, "".join(agent_log), shown, codes, failures_dir)
         failure.result = result
@@ -703,26 +529,6 @@ def _run(plan: LaunchPlan, path: Path, nproc: int, nnodes: int, script_args: lis
     if summary:
         print_summary(result)
     return result
-
-
-RECORD_ENV = "DDP_HELPERS_RECORD"
-
-
-def _record_launch(path: Path, nproc: int, nnodes: int, script_args: list[str], env: Mapping[str, str],
-                   torchrun_args: list[str], timeout: float, codes: list[int]) -> None:
-    """Append this launch to the JSON-lines file DDP_HELPERS_RECORD names, if set.
-
-    `make execute` sets it, and tools/gpu_check.py replays the recorded launches on GPUs.
-    """
-    target = os.environ.get(RECORD_ENV)
-    if not target:
-        return
-    entry = {"script": str(path), "nproc": nproc, "nnodes": nnodes, "args": script_args,
-             "env": env,
-             "torchrun_args": list(torchrun_args), "timeout": timeout,
-             "outcome": "failed" if any(codes) else "ok"}
-    with open(target, "a") as f:
-        f.write(json.dumps(entry) + "\n")
 
 
 def _first_failure(agent_log: str, failures_dir: str) -> tuple[int | None, dict]:

@@ -21,9 +21,12 @@ traceback that ends at the check cell; IPython shows a :class:`CheckFailed` as i
 
 The layout:
 
-- ``core``: :class:`CheckFailed`, the tolerances and comparison rules, :class:`~.core.Exercise` (one
-  exercise's check: ``given``, ``require``, ``fail``, ``correct`` and the shared hints) and the
-  ``@check`` decorator that shortens the tracebacks.
+- ``core``: :class:`CheckFailed`, :class:`~.core.Exercise` (one exercise's check: ``given``, ``require``,
+  ``fail``, ``correct`` and the shared hints) and the ``@check`` decorator that shortens the tracebacks and
+  turns a learner's value that breaks a check into a hint; it re-exports what the next two hold.
+- ``values``: the tolerances, the comparison rules and the one rule for values in any valid form.
+- ``folders``: where a check finds the learner's files and the lesson's runs, in any front end.
+- ``provenance``: which launch a result is, of which script, and who last wrote a lesson's run.
 - ``nb00`` ... ``nb15``: the checks of one notebook each, ``check_NN_k`` for exercise NN.k, with the
   private reference answers they compare against.
 

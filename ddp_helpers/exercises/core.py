@@ -15,17 +15,12 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
-import math
-import numbers as _numbers
 import os
 import re
-import shlex
 import sys
 import types
 import typing
-from collections.abc import Callable, Iterable, KeysView, Mapping, Sequence, ValuesView
-from decimal import Decimal
-from fractions import Fraction
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import EllipsisType, TracebackType
 from typing import Any, NoReturn, ParamSpec, TypeVar, Union
@@ -33,10 +28,49 @@ from typing import Any, NoReturn, ParamSpec, TypeVar, Union
 import numpy as np
 import torch
 
-REL_TOL = 1e-9   # closed-form arithmetic (alpha-beta models, byte counts in floats)
-ATOL = 1e-6      # float32 tensors computed two ways in the same process
-F32_REL_TOL = 1e-6  # a float32 answer: a few roundings of float32's epsilon (1.2e-7)
-F32_ATOL = 1e-5  # float32 tensors of size ~1 summed in another order (tens of roundings of 1.2e-7)
+from ddp_helpers.exercises.folders import (  # noqa: F401  re-exported: the checks import them from core
+    caller_namespace,
+    caller_values,
+    calls,
+    find_file,
+    flag,
+    launches_in,
+    lesson_folders,
+    notebook_folders,
+    readable,
+    run_file,
+    run_json,
+    script_in,
+    where_looked,
+)
+from ddp_helpers.exercises.values import (  # noqa: F401  re-exported: the checks import them from core
+    ATOL,
+    F32_ATOL,
+    F32_REL_TOL,
+    REL_TOL,
+    abs_tol_for,
+    as_int_list,
+    by_rank,
+    call,
+    close,
+    flat,
+    integer,
+    integer_list,
+    is_float32,
+    is_ours,
+    key_name,
+    key_number,
+    number,
+    number_list,
+    numbers,
+    path,
+    per_rank,
+    rel_tol_for,
+    same_numbers,
+    sequence,
+    tensor,
+    without_zeros,
+)
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -411,21 +445,6 @@ def _converted(exercise: str, fn: Callable[..., object], kwargs: dict[str, objec
                        BROKE_HINT + (f" The check expects: {forms}." if forms else ""))
 
 
-# --- comparison rules ----------------------------------------------------------------------------
-
-def same_numbers(a: object, b: object, rel_tol: float = REL_TOL) -> bool:
-    """Two numbers agree to ``rel_tol`` (False when one is not a number)."""
-    try:
-        return math.isclose(float(a), float(b), rel_tol=rel_tol, abs_tol=0.0)
-    except (TypeError, ValueError):
-        return False
-
-
-def numbers(line: str) -> list[float]:
-    """Every number printed in a line."""
-    return [float(x) for x in re.findall(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?", line)]
-
-
 # --- launches ------------------------------------------------------------------------------------
 
 def is_launch(result: object) -> bool:
@@ -443,264 +462,6 @@ def processes(result: Any) -> int:
 
 
 
-# --- values in any valid form ---------------------------------------------------------------------
-#
-# One rule for every check: a value counts in any form a learner may reasonably hold it in.
-# - a number: int, float, Fraction, Decimal, a numpy scalar, a one-element array or tensor, or a string that
-#   parses as one ("3", "0.25", "15/8"); never a bool;
-# - a whole number: any number form with no fractional part ("3", 3.0, torch.tensor(3));
-# - a sequence: a list, tuple, torch.Size, range, array or tensor (1-d or more), a set (sorted), or a dict
-#   keyed by rank 0..n-1 (its values in rank order);
-# - a flat list of numbers (number_list, integer_list): any sequence, nested lists flattened;
-# - per-rank lists (per_rank): compared structurally, each rank's entry converted on its own;
-# - a float32 (or half) value gets float32's tolerance (rel_tol_for, close).
-
-def is_ours(value: object) -> bool:
-    """``value`` is a function or class of this package (a reference helper given as an answer)."""
-    module = getattr(value, "__module__", None)
-    return (callable(value) and isinstance(module, str) and module.startswith(__package__ + ".")
-            and not isinstance(value, type))
-
-
-def _parse_number(text: str) -> float | int | None:
-    """A string that reads as a number ("3", " 0.25 ", "1e-3", "15/8"), as int when it is a whole number."""
-    text = text.strip().replace("_", "")
-    if not text or len(text) > 64:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(Fraction(text))
-    except (ValueError, ZeroDivisionError):
-        pass
-    try:
-        return float(text)  # "inf", "nan"
-    except ValueError:
-        return None
-
-
-def number(value: object) -> float | None:
-    """A real number as float in any :ref:`valid form <values in any valid form>` (None otherwise; bools too)."""
-    if isinstance(value, bool | np.bool_):
-        return None
-    if isinstance(value, str):
-        parsed = _parse_number(value)
-        return None if parsed is None else float(parsed)
-    if isinstance(value, torch.Tensor | np.ndarray):
-        size = value.numel() if isinstance(value, torch.Tensor) else value.size
-        if size != 1 or value.dtype in (torch.bool, np.bool_) or getattr(value, "is_complex", lambda: False)() \
-                or (isinstance(value, np.ndarray) and not np.issubdtype(value.dtype, np.number)):
-            return None
-        value = value.reshape(()).item()
-    if isinstance(value, Decimal):
-        return float(value)
-    if isinstance(value, _numbers.Real) and not isinstance(value, bool):
-        return float(value)
-    return None
-
-
-def integer(value: object) -> int | None:
-    """A whole number as int: any :func:`number` form with no fractional part (3.0 and "3" count as 3)."""
-    if isinstance(value, _numbers.Integral) and not isinstance(value, bool | np.bool_):
-        return int(value)
-    if isinstance(value, str):
-        parsed = _parse_number(value)
-        if isinstance(parsed, int):
-            return parsed
-    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point() \
-            and value.dtype != torch.bool and not value.is_complex():
-        return int(value.reshape(()).item())
-    x = number(value)
-    return int(x) if x is not None and math.isfinite(x) and x == int(x) else None
-
-
-def _rank_keys(value: Mapping) -> list[int] | None:
-    """The keys of a dict keyed by rank (ints or digit strings: 0, "0", "rank0") if they are 0..n-1."""
-    keys = []
-    for k in value:
-        k = re.sub(r"^rank[ _]?", "", k.strip(), flags=re.I) if isinstance(k, str) else k
-        keys.append(integer(k) if not isinstance(k, float) else None)
-    return keys if None not in keys and sorted(keys) == list(range(len(value))) else None  # type: ignore[type-var]
-
-
-def sequence(value: object) -> list | None:
-    """The items of a list, tuple, ``torch.Size``, range, array or tensor (1-d or more), a set (sorted when its
-    items sort) or a dict keyed by rank 0..n-1 (its values in rank order); None otherwise (a string too)."""
-    if isinstance(value, torch.Tensor | np.ndarray):
-        return list(value) if value.ndim >= 1 else None
-    if isinstance(value, list | tuple | range | KeysView | ValuesView):
-        return list(value)
-    if isinstance(value, set | frozenset):
-        try:
-            return sorted(value)
-        except TypeError:
-            return list(value)
-    if isinstance(value, Mapping):
-        keys = _rank_keys(value)
-        return None if keys is None else [v for _, v in sorted(zip(keys, value.values(), strict=True),
-                                                               key=lambda kv: kv[0])]
-    return None
-
-
-def flat(value: object) -> list | None:
-    """The leaves of a sequence whose items may be sequences themselves (``[[1, 2], (3,)]`` -> ``[1, 2, 3]``);
-    a tensor or array of any shape gives its values; None for no sequence."""
-    if isinstance(value, torch.Tensor | np.ndarray):
-        return list(value.reshape(-1)) if value.ndim >= 1 else None
-    items = sequence(value)
-    if items is None:
-        return None
-    out: list = []
-    for item in items:
-        inner = flat(item) if not isinstance(item, str) else None
-        if inner is None:
-            out.append(item)
-        else:
-            out.extend(inner)
-    return out
-
-
-def _each(items: list | None, convert: Callable[[object], T | None]) -> list[T] | None:
-    """Every item converted, or None if there are no items or one does not convert."""
-    out = None if items is None else [convert(v) for v in items]
-    return None if out is None or any(v is None for v in out) else out  # type: ignore[return-value]
-
-
-def number_list(value: object) -> list[float] | None:
-    """A flat list of numbers in any valid form (nested lists flattened), None when an item is no number."""
-    return _each(flat(value), number)
-
-
-def integer_list(value: object) -> list[int] | None:
-    """A flat list of whole numbers in any valid form (nested lists flattened)."""
-    return _each(flat(value), integer)
-
-
-def per_rank(value: object, convert: Callable[[object], T | None]) -> list[T] | None:
-    """Per-rank entries compared structurally: a sequence or a dict keyed by rank, each entry converted by
-    ``convert`` (e.g. :func:`integer_list`); None when one does not convert."""
-    return _each(by_rank(value), convert)
-
-
-def as_int_list(values: Any) -> list[int] | None:
-    """A set of whole numbers given as a list, tuple, set, array or tensor (nested lists flattened), or as
-    counts (a dict {item: how many}: the items counted at least once), sorted; None if not whole numbers."""
-    if isinstance(values, Mapping) and not isinstance(values, str):
-        counts = [(integer(k), number(v)) for k, v in values.items()]
-        if any(k is None or c is None for k, c in counts):
-            return None
-        return sorted(k for k, c in counts if c > 0)  # type: ignore[operator, type-var]
-    got = integer_list(values)
-    return None if got is None else sorted(got)
-
-
-def is_float32(value: object) -> bool:
-    """The value was computed in float32 or less (a numpy or torch float32/half scalar or array, or a
-    sequence of them)."""
-    dtype = getattr(value, "dtype", None)
-    if dtype in (np.float32, np.float16, torch.float32, torch.bfloat16, torch.float16) \
-            or isinstance(value, np.float32 | np.float16):
-        return True
-    items = sequence(value) if isinstance(value, list | tuple) else None
-    return bool(items) and any(is_float32(v) for v in items)  # type: ignore[union-attr]
-
-
-def _float32_valued(value: object) -> bool:
-    """A Python float that a float32 computation gave (``tensor.item()`` of a float32 tensor): a non-zero value
-    that float32 holds exactly. A float64 result with a fractional part almost never is one."""
-    x = number(value) if isinstance(value, float) else None
-    return x is not None and math.isfinite(x) and x != int(x) and float(np.float32(x)) == x
-
-
-def rel_tol_for(value: object, rel_tol: float = REL_TOL) -> float:
-    """The relative tolerance for an answer: float32 answers (float32 arrays and tensors, and Python floats that
-    a float32 computation gave) get float32's."""
-    return max(rel_tol, F32_REL_TOL) if is_float32(value) or _float32_valued(value) else rel_tol
-
-
-def abs_tol_for(value: object, abs_tol: float = 0.0) -> float:
-    """The absolute tolerance for an answer: float32 answers get at least ATOL (a float32 sum of values of
-    size ~1 rounds at ~1e-7 each)."""
-    return max(abs_tol, ATOL) if (is_float32(value) or _float32_valued(value)) and abs_tol > 0 else abs_tol
-
-
-def close(value: object, truth: float, rel_tol: float = REL_TOL, abs_tol: float = 0.0) -> bool:
-    """``value`` in any number form is ``truth`` to the tolerance of its dtype."""
-    x = number(value)
-    return x is not None and math.isclose(x, truth, rel_tol=rel_tol_for(value, rel_tol),
-                                          abs_tol=abs_tol_for(value, abs_tol))
-
-
-def by_rank(value: object) -> list | None:
-    """Per-rank results as a list in rank order: a list or tuple (rank order) or a dict keyed by rank."""
-    return sequence(value)
-
-
-def key_number(key: object) -> float | None:
-    """A dict key that names a number in any form: 0.5, "0.5", or a label around one number ("0.5 MiB",
-    "DDP cap 0.5"); None otherwise."""
-    x = number(key)
-    if x is None and isinstance(key, str):
-        found = numbers(key)
-        x = found[0] if len(found) == 1 else None
-    return x
-
-
-def key_name(key: object) -> str:
-    """A dict key as a name, spelled one way: "All-Gather", "all gather" and "all_gather" alike."""
-    return re.sub(r"[^0-9a-z]+", "_", str(key).strip().lower()).strip("_")
-
-
-def without_zeros(counts: Mapping) -> dict:
-    """A dict of counts without its explicit zero entries ({"a": 3, "b": 0} is {"a": 3})."""
-    return {k: v for k, v in counts.items() if number(v) != 0}
-
-
-def path(value: object) -> Path | None:
-    """A path given as a string or a pathlib.Path (os.PathLike); None for anything else (an open file, a number)."""
-    if isinstance(value, str) and value.strip():
-        return Path(value.strip())
-    if isinstance(value, os.PathLike):
-        return Path(value)
-    return None
-
-
-def tensor(value: object) -> torch.Tensor | None:
-    """A tensor from a tensor, an array or a (nested) list of numbers; None otherwise."""
-    if isinstance(value, torch.Tensor):
-        return value.detach()
-    if isinstance(value, str | bytes | Mapping) or value is None:
-        return None
-    try:
-        out = torch.as_tensor(np.asarray(value, dtype=np.float64) if not isinstance(value, np.ndarray) else value)
-    except (TypeError, ValueError, RuntimeError):
-        return None
-    return out if out.dtype not in (torch.bool,) and not out.is_complex() else None
-
-
-def call(fn: Callable[..., T], *args: object) -> T:
-    """A learner's function called with the exercise's arguments: positionally, or by its own parameter names
-    when it takes them as keywords only (``def f(*, items, cap)``)."""
-    try:
-        sig = inspect.signature(fn)
-        sig.bind(*args)
-    except TypeError:
-        named = [p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        keywords = {p.name: a for p, a in zip(named, args, strict=False)}
-        try:
-            if len(keywords) != len(args):
-                raise TypeError
-            sig.bind(**keywords)
-        except TypeError:
-            return fn(*args)  # the learner's own TypeError, raised by their function's call
-        return fn(**keywords)
-    except ValueError:  # a builtin without a signature
-        pass
-    return fn(*args)
-
-
 def load_checkpoint(ex: Exercise, file: str | os.PathLike, name: str) -> Any:
     """``torch.load(file, weights_only=True)`` on CPU; a hint naming ``name`` when the file is truncated, empty or
     not a torch.save file."""
@@ -712,191 +473,6 @@ def load_checkpoint(ex: Exercise, file: str | os.PathLike, name: str) -> Any:
         ex.fail(f"{name} cannot be read by torch.load: it is truncated or was not written by torch.save.",
                 "save it again with torch.save and let the save finish (on every rank that writes it), then run "
                 "this check again.")
-
-
-# --- files and scripts beside the notebook --------------------------------------------------------
-
-def _session_folder(session: str) -> list[Path]:
-    """The folder that Jupyter's server names in JPY_SESSION_NAME: the notebook's path (absolute: the kernel's
-    working directory joined with the notebook's name), or in older JupyterLab a path relative to the server's
-    root whose last part is a UUID before the file has a name (jupyter-server/jupyter_server#1059); the kernel
-    then runs in that folder, so a relative name counts only when the working directory ends with its folder."""
-    if not session.strip():
-        return []
-    named = Path(session.strip())
-    if named.is_absolute():
-        return [named.parent] if named.parent.is_dir() else []
-    cwd = Path.cwd()
-    parts = named.parent.parts
-    if parts and cwd.parts[len(cwd.parts) - len(parts):] != parts:
-        return []
-    return [cwd]
-
-
-def _running_notebook_folder() -> list[Path]:
-    """The running notebook's folder when the front end names it, else nothing: Jupyter's server sets
-    JPY_SESSION_NAME to its path (a UUID in place of the name in older JupyterLab); VS Code sets none
-    (microsoft/vscode-jupyter#16291) but puts the path in the kernel's global __vsc_ipynb_file__
-    (microsoft/vscode-jupyter#8531); nbclient and other front ends name nothing (the working directory is
-    the notebook's folder there)."""
-    found = _session_folder(os.environ.get("JPY_SESSION_NAME", ""))
-    if found:
-        return found
-    shell = sys.modules["IPython"].get_ipython() if "IPython" in sys.modules else None
-    vsc = getattr(shell, "user_ns", {}).get("__vsc_ipynb_file__", "")
-    if isinstance(vsc, str | os.PathLike) and str(vsc).endswith(".ipynb") and Path(vsc).parent.is_dir():
-        return [Path(vsc).parent]
-    return []
-
-
-def _unique(folders: Iterable[Path]) -> list[Path]:
-    out: list[Path] = []
-    for folder in folders:
-        if not any(_same_folder(folder, seen) for seen in out):
-            out.append(folder)
-    return out
-
-
-def _same_folder(a: Path, b: Path) -> bool:
-    try:
-        return a.resolve() == b.resolve()
-    except OSError:
-        return a == b
-
-
-def notebook_folders() -> list[Path]:
-    """Where a learner's relative paths (scripts, their own run folders) may start: the running notebook's
-    folder, the working directory, then the series' notebooks/."""
-    from ddp_helpers.series import NOTEBOOK_DIR
-
-    return _unique([*_running_notebook_folder(), Path.cwd(), NOTEBOOK_DIR])
-
-
-def lesson_folders() -> list[Path]:
-    """Where the lesson's own launches wrote their runs, in order: the running notebook's folder when the front
-    end names it, the kernel's working directory (the notebook's folder in JupyterLab, VS Code, nbclient and a
-    hub), and only when no front end names the notebook, the series' notebooks/ as a last resort."""
-    from ddp_helpers.series import NOTEBOOK_DIR
-
-    named = _running_notebook_folder()
-    return _unique([*named, Path.cwd(), *([] if named else [NOTEBOOK_DIR])])
-
-
-def readable(folder: Path) -> str:
-    """A folder as a learner reads it: relative to the working directory when inside it ("." for itself),
-    else under ~, else absolute."""
-    folder = Path(folder)
-    for base, prefix in ((Path.cwd(), "."), (Path.home(), "~")):
-        try:
-            rel = folder.resolve().relative_to(base.resolve())
-        except (ValueError, OSError):
-            continue
-        return prefix if str(rel) == "." else (str(rel) if prefix == "." else f"~/{rel}")
-    return str(folder)
-
-
-def where_looked(folders: Iterable[Path]) -> str:
-    """The folders searched, for a message: "notebooks (the series' notebooks/), . (the working directory)"."""
-    from ddp_helpers.series import NOTEBOOK_DIR
-
-    named, cwd = _running_notebook_folder(), Path.cwd()
-    out = []
-    for folder in folders:
-        role = ("the notebook's folder" if any(_same_folder(folder, n) for n in named) else
-                "the working directory" if _same_folder(folder, cwd) else
-                "the series' notebooks/" if _same_folder(folder, NOTEBOOK_DIR) else "")
-        out.append(f"{readable(folder)} ({role})" if role else readable(folder))
-    return ", ".join(out)
-
-
-def _first_file(relative: Path, folders: list[Path]) -> Path | None:
-    return next((folder / relative for folder in folders if (folder / relative).is_file()), None)
-
-
-def run_file(ex: Exercise, relative: str | os.PathLike, launch: str) -> Path:
-    """A file that the lesson's launch ``launch`` (e.g. "the launch of section 2") wrote under the
-    notebook's folder; a CheckFailed naming that launch and the folders searched when it is missing."""
-    folders = lesson_folders()
-    found = _first_file(Path(relative), folders)
-    if found is None:
-        ex.fail(f"{relative} does not exist in {where_looked(folders)}, so there is no recorded run to check "
-                "against.",
-                f"run {launch} first (in this notebook, from its own folder), then this check again.")
-    return found
-
-
-def run_json(ex: Exercise, relative: str | os.PathLike, launch: str) -> Any:
-    """The JSON a lesson's launch wrote (see :func:`run_file`)."""
-    import json
-
-    try:
-        return json.loads(run_file(ex, relative, launch).read_text())
-    except (OSError, ValueError):
-        ex.fail(f"{relative} cannot be read as JSON.", f"run {launch} again, then this check.")
-
-
-def find_file(path: str | os.PathLike) -> Path | None:
-    """``path`` itself when absolute, else the first notebook folder that holds it (None for a value that is
-    no path: a number, an open file)."""
-    if not isinstance(path, str | os.PathLike) or not str(path).strip():
-        return None
-    path = Path(path)
-    if path.is_absolute():
-        return path if path.is_file() else None
-    return _first_file(path, notebook_folders())
-
-
-def script_in(command_or_args: object, expected: str) -> str | None:
-    """The path of the worker script ``expected`` (a file name) in a launch command or argument list."""
-    if isinstance(command_or_args, str):
-        try:
-            words = shlex.split(command_or_args)
-        except ValueError:
-            words = command_or_args.split()
-    elif isinstance(command_or_args, list | tuple):
-        words = [str(w) for w in command_or_args]
-    else:
-        return None
-    return next((w for w in words if w.endswith(".py") and Path(w).name == expected), None)
-
-
-def flag(command: str, name: str) -> str | None:
-    """The value of a torchrun flag in a command (``--max-restarts=2`` or ``--max-restarts 2``)."""
-    spelled = "[-_]".join(re.escape(part) for part in name.split("-"))
-    m = re.search(rf"(?:^|\s){spelled}(?:=|\s+)(\S+)", command or "")
-    return m.group(1) if m else None
-
-
-def calls(tree: ast.AST, name: str) -> list[ast.Call]:
-    """The calls in ``tree`` whose function's last name is ``name`` (``dist.all_reduce`` -> all_reduce)."""
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            func = node.func
-            last = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            if last == name:
-                found.append(node)
-    return found
-
-
-def caller_namespace() -> dict[str, object]:
-    """The check cell's namespace (globals, then locals, of the first frame outside this package): a
-    check finds there what the cell does not pass (the launch a result came from)."""
-    frame = sys._getframe(1)
-    while frame is not None and frame.f_globals.get("__name__", "").startswith(__package__):
-        frame = frame.f_back
-    return {} if frame is None else {**frame.f_globals, **frame.f_locals}
-
-
-def caller_values() -> list[object]:
-    """The values of :func:`caller_namespace`."""
-    return list(caller_namespace().values())
-
-
-def launches_in(values: Iterable[object], script: str) -> list[Any]:
-    """The launch results (or launch failures: they carry the command too) among ``values`` that ran
-    the worker script named ``script``."""
-    return [v for v in values if isinstance(getattr(v, "command", None), str) and script_in(v.command, script)]
 
 
 # --- lesson state missing after a kernel restart --------------------------------------------------

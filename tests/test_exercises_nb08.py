@@ -1,16 +1,24 @@
 """The checks of notebook 08: each accepts right answers in other forms and refuses wrong ones (a silent
 script, a script without DistributedSampler, a launch without --max-restarts, files left by an older run,
-copied values) with a hint that does not give the answer. Fake launch results name real files written here;
-one real launch of a wrong conversion shows the check refusing what a run really produced.
-``RIGHT08`` and ``WRONG08`` have the shape of tests/test_exercises_cases.py's RIGHT and WRONG.
+copied values) with a hint that does not give the answer. ``RIGHT08`` and ``WRONG08`` have the shape of
+tests/test_exercises_cases.py's RIGHT and WRONG.
+
+Every launch is one ``torchrun`` would have returned in this kernel (ddp_helpers.launch._launch_for_tests: a
+registered result with the script's path and content hash), of a learner's notebook folder's own
+scripts/08_ex_ddp_digits.py (08.1) or scripts/train_ddp.py (08.2), each script variant in a folder of its own;
+a case's check runs with that folder as the running notebook's (``_lesson``). So a LaunchResult typed by hand,
+a copy of a real one, a launch of a script edited since and a launch of another folder's copy (the solution by
+its absolute path) are refused as the learner's would be (ddp_helpers.exercises.provenance.current_launch).
+Three real launches show the check on what a run really produced.
 
 08.2 and 08.3 compare with what the lesson's own launches wrote (the uninterrupted run of section 2, the
 preempted run's snapshot of section 4), read from the notebook's folder as in tests/test_exercises_runs.py:
-here fake lesson folders (JPY_SESSION_NAME's parent), ``_lesson`` in a case naming another one than LESSON."""
+here fake lesson folders (JPY_SESSION_NAME's parent) that also hold the learner's scripts/train_ddp.py."""
 
 from __future__ import annotations
 
 import atexit
+import copy
 import json
 import os
 import shutil
@@ -23,7 +31,7 @@ import torch
 from exercise_calls import notebook_in, refused_text  # tests/ is on sys.path
 
 from ddp_helpers import exercises
-from ddp_helpers.launch import EXIT_ABORT_TEXT, LaunchResult, WorkerFailed, torchrun
+from ddp_helpers.launch import EXIT_ABORT_TEXT, LaunchResult, WorkerFailed, _launch_for_tests, torchrun
 from ddp_helpers.series import NOTEBOOK_DIR, ROOT
 
 TMP = Path(tempfile.mkdtemp(prefix="exercise_nb08_"))
@@ -37,10 +45,31 @@ def solution(prefix: str) -> str:
     return "".join(cell["source"]).split("\n", 1)[1]
 
 
-def launch(script: Path, stdout: dict, *, flags: str = "", out: Path | None = None, nproc: int = 2) -> LaunchResult:
-    args = f" --out {out}" if out is not None else ""
-    return LaunchResult(command=f"torchrun --standalone --nproc-per-node={nproc} {flags} -- {script}{args}".replace(
-        "  ", " "), stdout=stdout, seconds=1.0)
+def launch(script: Path, stdout: dict, *, flags: tuple[str, ...] = (), out: Path | None = None,
+           nproc: int = 2) -> LaunchResult:
+    """A launch of ``script`` that torchrun returned in this kernel (registered, with the script's current hash),
+    its ranks having printed ``stdout``; ``flags``: torchrun's own (``--max-restarts=1``)."""
+    return _launch_for_tests(script, nproc, stdout, args=["--out", str(out)] if out is not None else [],
+                             torchrun_args=list(flags))
+
+
+def typed(real: LaunchResult) -> LaunchResult:
+    """The same launch typed by hand, its provenance typed in too: no launch behind it."""
+    return LaunchResult(command=real.command, stdout=real.stdout, seconds=1.0, started=real.started,
+                        script=real.script, sha256=real.sha256, nproc=real.nproc, nnodes=1, args=real.args,
+                        launcher=real.launcher, ok=True)
+
+
+def notebook_of(script: Path) -> Path:
+    """The learner's notebook folder that holds ``script`` as scripts/<name>."""
+    return script.parent.parent
+
+
+def stale(script: Path, *args, **kwargs) -> LaunchResult:
+    """A launch of ``script``, then the script edited (a comment appended): a run of an older version."""
+    result = launch(script, *args, **kwargs)
+    script.write_text(script.read_text() + "# edited after the launch\n")
+    return result
 
 
 def folder(name: str, files: dict, *, older_than: Path | None = None) -> Path:
@@ -72,9 +101,9 @@ def edited(text: str, *changes: tuple[str, str]) -> str:
     return text
 
 
-def script(name: str, text: str) -> Path:
-    """``text`` as 08_ex_ddp_digits.py in a folder of its own."""
-    path = TMP / name / "08_ex_ddp_digits.py"
+def script(name: str, text: str, script_name: str = "08_ex_ddp_digits.py") -> Path:
+    """``text`` as scripts/<script_name> of a learner's notebook folder of its own, TMP/<name>."""
+    path = TMP / name / "scripts" / script_name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
@@ -165,6 +194,8 @@ NO_SAMPLER = script("s1c", with_clean_exit(SOLUTION).replace(
     "sampler = DistributedSampler(train, shuffle=True, seed=0)", "sampler = range(len(train))").replace(
     "    sampler.set_epoch(epoch)\n", ""))
 WRONG1 = {label: script(f"s1_{i}", text) for i, (label, text) in enumerate(WRONG_SCRIPTS1.items())}
+EDITED = script("s1_edited", SOLUTION)  # edited after its launch (a stale launch)
+SOLUTION_ABS = NOTEBOOK_DIR / "scripts" / "08_ex_ddp_digits.py"  # the instructor's copy (tests/conftest.py writes it)
 RESULT_OK = folder("ex1", {"result.json": {"test_accuracy": 0.95, "world_size": 2}})
 RESULT_OLD = folder("ex1_old", {"result.json": {"test_accuracy": 0.95, "world_size": 2}}, older_than=CONVERTED)
 RESULT_ONE = folder("ex1_one", {"result.json": {"test_accuracy": 0.95, "world_size": 1}})
@@ -181,16 +212,23 @@ def aborted(result: LaunchResult) -> WorkerFailed:
     return WorkerFailed(0, -6, f"[rank0]: {EXIT_ABORT_TEXT}", result.command, result=result)
 
 
-# the notebook's folders: the lesson's runs, none yet, runs that differ, the killed run in the straight run's place
+def case1(script: Path, stdout: dict, *, wrap=None, **kwargs) -> dict:
+    """08.1's keywords for a launch of ``script`` (``wrap`` applied to the launch), checked from the notebook
+    folder that holds it."""
+    result = launch(script, stdout, **kwargs)
+    return dict(converted=wrap(result) if wrap else result, _lesson=notebook_of(script))
+
+
+# the notebook's folders: the lesson's runs, none yet, runs that differ, the killed run in the straight run's place;
+# each holds the learner's copy of the template, scripts/train_ddp.py
 LESSON, EMPTY, ODD, SELF = (TMP / name for name in ("lesson", "empty_lesson", "odd_lesson", "self_lesson"))
-for _folder in (LESSON, EMPTY, ODD, SELF):
-    _folder.mkdir()
+TEMPLATE = ROOT / "templates" / "train_ddp.py"
+COPY, EMPTY_COPY, ODD_COPY, SELF_COPY = (script(folder.name, TEMPLATE.read_text(), "train_ddp.py")
+                                         for folder in (LESSON, EMPTY, ODD, SELF))
+EDITED2 = script("s2_edited", TEMPLATE.read_text(), "train_ddp.py")  # edited after its launch (a stale launch)
 LESSON_RUNS = "runs/08_capstone"
 
 # --- 08.2: the killed run -----------------------------------------------------------------------------
-COPY = TMP / "s2" / "train_ddp.py"
-COPY.parent.mkdir()
-shutil.copyfile(ROOT / "templates" / "train_ddp.py", COPY)
 CONFIG = {"epochs": 3, "global_batch": 64, "lr": 3e-3, "weight_decay": 1e-4, "clip": 1.0, "workers": 1, "seed": 0,
           "world_size": 2}
 torch.manual_seed(0)
@@ -217,7 +255,15 @@ RESTARTED = {0: ["attempt 0: new run" + HEAD, "epoch 0: train loss 0.5", "epoch 
              1: []}
 UNKILLED = {0: ["attempt 0: new run" + HEAD, "epoch 0: x", "epoch 1: x", "epoch 2: x", "test: accuracy 0.9"], 1: []}
 FINISHED = {0: ["attempt 0: resumed at epoch 3 step 0" + HEAD, "test: accuracy 0.9"], 1: []}
-RESTARTS = "--max-restarts=1"
+RESTARTS = ("--max-restarts=1",)
+
+
+def case2(stdout: dict = RESTARTED, *, lesson: Path = LESSON, of: Path | None = None, out: Path = KILLED,
+          flags: tuple[str, ...] = RESTARTS, wrap=None, equal: object = True, **more) -> dict:
+    """08.2's keywords, checked from the notebook folder ``lesson``, for a launch of ``of`` (default: the
+    learner's scripts/train_ddp.py there), ``wrap`` applied to the launch; ``more``: other keywords."""
+    result = launch(of or lesson / "scripts" / "train_ddp.py", stdout, flags=flags, out=out)
+    return dict(killed_again=wrap(result) if wrap else result, equal=equal, _lesson=lesson, **more)
 
 # --- 08.3: the preempted snapshot -------------------------------------------------------------------
 def snapshot(epoch, step, lr):
@@ -232,14 +278,14 @@ OWN_SNAPSHOT = TMP / "my_snapshot.pt"  # a snapshot of the learner's choosing
 torch.save(snapshot(0, 1, 0.5), OWN_SNAPSHOT)
 
 RIGHT08 = {
-    "08.1": [dict(converted=launch(CONVERTED, HALVES, out=RESULT_OK)),
-             dict(converted=launch(QUALIFIED, {0: ["rank 0 trains on 700 samples per epoch"],
-                                               1: ["rank 1 trains on 700 samples per epoch"]}, out=RESULT_OK)),
-             dict(converted=launch(HELPER, HALVES, out=RESULT_OK)),  # the series' distributed()
-             dict(converted=launch(ACCUMULATE, HALVES, out=RESULT_OK))],  # 2 micro-batches of 16 per rank and step
-    "08.2": [dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED), equal=True),
-             dict(killed_again=launch(COPY, RESTARTED, flags="--max-restarts 3", out=KILLED), equal=torch.tensor(True)),
-             dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED), equal=np.bool_(True))],
+    "08.1": [case1(CONVERTED, HALVES, out=RESULT_OK),
+             case1(QUALIFIED, {0: ["rank 0 trains on 700 samples per epoch"],
+                               1: ["rank 1 trains on 700 samples per epoch"]}, out=RESULT_OK),
+             case1(HELPER, HALVES, out=RESULT_OK),  # the series' distributed()
+             case1(ACCUMULATE, HALVES, out=RESULT_OK)],  # 2 micro-batches of 16 per rank and step
+    "08.2": [case2(),
+             case2(flags=("--max-restarts", "3"), equal=torch.tensor(True)),
+             case2(equal=np.bool_(True))],
     "08.3": [dict(next_epoch=1, next_step=11, next_lr=0.0021875),
              dict(next_epoch=np.int64(1), next_step=torch.tensor(11), next_lr=np.float64(0.0021875)),
              dict(next_epoch=1.0, next_step=torch.tensor(11, dtype=torch.int32), next_lr=torch.tensor(0.0021875,
@@ -247,43 +293,57 @@ RIGHT08 = {
              dict(next_epoch=2, next_step=3, next_lr=0.0005, _lesson=ODD)],  # another lesson run: its own snapshot
 }
 WRONG08 = {
-    "08.1": [("a silent rank", dict(converted=launch(CONVERTED, {0: HALVES[0], 1: []}, out=RESULT_OK))),
-             ("no DistributedSampler", dict(converted=launch(NO_SAMPLER, WHOLE, out=RESULT_OK))),
-             ("no DistributedSampler, printing the halves", dict(converted=launch(NO_SAMPLER, HALVES, out=RESULT_OK))),
-             ("doubled global batch", dict(converted=launch(WRONG1["doubled global batch"], HALVES, out=RESULT_OK))),
-             ("every rank writes result.json", dict(converted=launch(WRONG1["every rank writes result.json"], HALVES,
-                                                                    out=RESULT_OK))),
-             ("no DDP wrap", dict(converted=launch(WRONG1["no DDP wrap"], HALVES, out=RESULT_OK))),
-             ("the plain script", dict(converted=launch(WRONG1["the plain script"], HALVES, out=RESULT_OK))),
-             ("each rank printed everything", dict(converted=launch(CONVERTED, WHOLE, out=RESULT_OK))),
-             ("a stale run: the script edited after its launch", dict(converted=launch(CONVERTED, HALVES,
-                                                                                       out=RESULT_OLD))),
-             ("one process", dict(converted=launch(CONVERTED, {0: HALVES[0]}, out=RESULT_OK, nproc=1))),
-             ("world size 1 recorded", dict(converted=launch(CONVERTED, HALVES, out=RESULT_ONE))),
-             ("a low test accuracy", dict(converted=launch(CONVERTED, HALVES, out=RESULT_LOW))),
-             ("no --out", dict(converted=launch(CONVERTED, HALVES))),
-             ("a launch of another script", dict(converted=launch(COPY, HALVES, out=RESULT_OK))),
-             ("a launch that failed in its work", dict(converted=WorkerFailed(
-                 1, 1, "ValueError: bad", "torchrun", result=launch(CONVERTED, HALVES, out=RESULT_OK))))],
-    "08.2": [("copy-through: the learner's own run as the reference", dict(
-                 killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=DIFFERENT), equal=True, reference=DIFFERENT)),
-             ("no uninterrupted run yet", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED),
-                                               equal=True, _lesson=EMPTY)),
-             ("launched into the uninterrupted run's folder", dict(
-                 killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=IN_PLACE), equal=True, _lesson=SELF)),
-             ("the lesson's straight run was restarted", dict(
-                 killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED), equal=True, _lesson=ODD)),
-             ("no --max-restarts", dict(killed_again=launch(COPY, RESTARTED, out=KILLED), equal=True)),
-             ("nothing killed", dict(killed_again=launch(COPY, UNKILLED, flags=RESTARTS, out=KILLED), equal=True)),
-             ("a finished run relaunched", dict(killed_again=launch(COPY, FINISHED, flags=RESTARTS, out=KILLED),
-                                                equal=True)),
-             ("files from an older run", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=STALE),
-                                              equal=True)),
-             ("a log of another cut", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=OTHER_CUT),
-                                           equal=True)),
-             ("weights differ", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=DIFFERENT), equal=True)),
-             ("equal said False", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED), equal=False)),
-             ("equal as a string", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED), equal="True"))],
+    "08.1": [("a silent rank", case1(CONVERTED, {0: HALVES[0], 1: []}, out=RESULT_OK)),
+             ("no DistributedSampler", case1(NO_SAMPLER, WHOLE, out=RESULT_OK)),
+             ("no DistributedSampler, printing the halves", case1(NO_SAMPLER, HALVES, out=RESULT_OK)),
+             ("doubled global batch", case1(WRONG1["doubled global batch"], HALVES, out=RESULT_OK)),
+             ("every rank writes result.json", case1(WRONG1["every rank writes result.json"], HALVES, out=RESULT_OK)),
+             ("no DDP wrap", case1(WRONG1["no DDP wrap"], HALVES, out=RESULT_OK)),
+             ("the plain script", case1(WRONG1["the plain script"], HALVES, out=RESULT_OK)),
+             ("each rank printed everything", case1(CONVERTED, WHOLE, out=RESULT_OK)),
+             ("a result.json left by an earlier run", case1(CONVERTED, HALVES, out=RESULT_OLD)),
+             ("one process", case1(CONVERTED, {0: HALVES[0]}, out=RESULT_OK, nproc=1)),
+             ("world size 1 recorded", case1(CONVERTED, HALVES, out=RESULT_ONE)),
+             ("a low test accuracy", case1(CONVERTED, HALVES, out=RESULT_LOW)),
+             ("no --out", case1(CONVERTED, HALVES)),
+             ("a launch of another script", dict(converted=launch(COPY, HALVES, out=RESULT_OK),
+                                                 _lesson=notebook_of(CONVERTED))),
+             ("a launch that failed in its work", case1(CONVERTED, HALVES, out=RESULT_OK, wrap=lambda r: WorkerFailed(
+                 1, 1, "ValueError: bad", "torchrun", result=r))),
+             # not a launch of the learner's current script (ddp_helpers.exercises.provenance.current_launch)
+             ("a LaunchResult typed by hand", case1(CONVERTED, HALVES, out=RESULT_OK, wrap=typed)),
+             ("a copy of a real launch", case1(CONVERTED, HALVES, out=RESULT_OK, wrap=copy.copy)),
+             ("an exit abort carrying a copied launch", case1(CONVERTED, HALVES, out=RESULT_OK,
+                                                              wrap=lambda r: aborted(copy.copy(r)))),
+             ("a stale launch: the script edited after it", dict(converted=stale(EDITED, HALVES, out=RESULT_OK),
+                                                                  _lesson=notebook_of(EDITED))),
+             ("the solution by its absolute path", dict(converted=launch(SOLUTION_ABS, HALVES, out=RESULT_OK),
+                                                        _lesson=notebook_of(CONVERTED))),
+             ("another learner folder's copy", dict(converted=launch(QUALIFIED, HALVES, out=RESULT_OK),
+                                                    _lesson=notebook_of(CONVERTED)))],
+    "08.2": [("copy-through: the learner's own run as the reference", case2(out=DIFFERENT, reference=DIFFERENT)),
+             ("no uninterrupted run yet", case2(lesson=EMPTY)),
+             ("launched into the uninterrupted run's folder", case2(lesson=SELF, out=IN_PLACE)),
+             ("the lesson's straight run was restarted", case2(lesson=ODD)),
+             ("no --max-restarts", case2(flags=())),
+             ("nothing killed", case2(UNKILLED)),
+             ("a finished run relaunched", case2(FINISHED)),
+             ("files from an older run", case2(out=STALE)),
+             ("a log of another cut", case2(out=OTHER_CUT)),
+             ("weights differ", case2(out=DIFFERENT)),
+             ("equal said False", case2(equal=False)),
+             ("equal as a string", case2(equal="True")),
+             # not a launch of the learner's current scripts/train_ddp.py (provenance.current_launch)
+             ("a LaunchResult typed by hand", case2(wrap=typed)),
+             ("a copy of a real launch", case2(wrap=copy.copy)),
+             ("a stale launch: the script edited after it", dict(
+                 killed_again=stale(EDITED2, RESTARTED, flags=RESTARTS, out=KILLED), equal=True,
+                 _lesson=notebook_of(EDITED2))),
+             ("the template by its absolute path", case2(of=TEMPLATE)),
+             ("another folder's copy", case2(of=ODD_COPY)),
+             ("a launch of another script", case2(of=CONVERTED)),
+             ("3 processes", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED, nproc=3),
+                                  equal=True))],
     "08.3": [("copy-through: answers of a snapshot of the learner's choosing", dict(
                  next_epoch=0, next_step=1, next_lr=0.5, snapshot=OWN_SNAPSHOT)),
              ("answers of a snapshot of the learner's choosing", dict(next_epoch=0, next_step=1, next_lr=0.5)),
@@ -294,13 +354,23 @@ WRONG08 = {
              ("a fresh schedule's LR", dict(next_epoch=1, next_step=11, next_lr=3e-3 / 25)),
              ("the LR as a list", dict(next_epoch=1, next_step=11, next_lr=[0.0021875]))],
 }
+# 08.1's and 08.2's launches that are not the learner's current script's, and what the refusal says
+NOT_THE_SCRIPTS = {"a LaunchResult typed by hand": "returned in this kernel",
+                   "a copy of a real launch": "returned in this kernel",
+                   "an exit abort carrying a copied launch": "returned in this kernel",
+                   "a stale launch: the script edited after it": "after launching it",
+                   "the solution by its absolute path": "a copy in another folder",
+                   "the template by its absolute path": "a copy in another folder",
+                   "another learner folder's copy": "a copy in another folder",
+                   "another folder's copy": "a copy in another folder",
+                   "a launch of another script": "is a launch of",  # 08.1: of train_ddp.py; 08.2: of 08.1's
+                   "3 processes": "ran 3 process(es)"}
 
 
 # right answers whose run the doctor has advice about: the verdict, then the clean exit's note
-NOTED = {"no del model": dict(converted=launch(HELD, HALVES, out=RESULT_OK)),
-         "an exit abort after the work, in the doctor's run": dict(converted=launch(ABORTS, HALVES, out=RESULT_OK)),
-         "the learner's launch ended in the exit abort": dict(converted=aborted(launch(CONVERTED, HALVES,
-                                                                                      out=RESULT_OK)))}
+NOTED = {"no del model": case1(HELD, HALVES, out=RESULT_OK),
+         "an exit abort after the work, in the doctor's run": case1(ABORTS, HALVES, out=RESULT_OK),
+         "the learner's launch ended in the exit abort": case1(CONVERTED, HALVES, out=RESULT_OK, wrap=aborted)}
 # what each 08.1 refusal must say: what the ranks did (or why the launch is not the script's), not the answer
 SAYS1 = {"a silent rank": "printed nothing",
          "no DistributedSampler": "ranks 0 and 1 iterated the same 1400 samples",
@@ -310,19 +380,22 @@ SAYS1 = {"a silent rank": "printed nothing",
          "no DDP wrap": "no DistributedDataParallel built",
          "the plain script": "without init_process_group",
          "each rank printed everything": "did not print how many samples its sampler gives it",
-         "a stale run: the script edited after its launch": "older than the script",
+         "a result.json left by an earlier run": "older than the script",
          "one process": "ran 1 process",
          "world size 1 recorded": "world size of 2",
          "a low test accuracy": "below 85%",
          "no --out": "no result.json",
-         "a launch of another script": "did not run 08_ex_ddp_digits.py",
-         "a launch that failed in its work": "exited with code 1"}
+         "a launch of another script": "is a launch of train_ddp.py, not of scripts/08_ex_ddp_digits.py",
+         "a launch that failed in its work": "exited with code 1",
+         **{label: NOT_THE_SCRIPTS[label] for label, _ in WRONG08["08.1"] if label in NOT_THE_SCRIPTS
+            and label != "a launch of another script"}}
 
 
 @pytest.fixture(autouse=True)
 def lesson(monkeypatch):
     """The running notebook is LESSON/notebook.ipynb: the lesson's runs are LESSON/runs/08_capstone/..."""
     monkeypatch.setenv("JPY_SESSION_NAME", str(LESSON / "notebook.ipynb"))
+
 
 
 def run_case(exid, kwargs):
@@ -379,6 +452,15 @@ def test_every_08_1_refusal_says_what_it_shows():
     assert len(RIGHT08["08.1"]) >= 4 and len(NOTED) >= 3
 
 
+@pytest.mark.parametrize(("exid", "label"), [(e, label) for e in ("08.1", "08.2") for label, _ in WRONG08[e]
+                                             if label in NOT_THE_SCRIPTS])
+def test_a_launch_that_is_not_of_the_current_script_is_refused_for_it(exid, label):
+    """Typed, copied, stale, another folder's copy, another script, another world size: current_launch's hints."""
+    assert sum(1 for e, cases in WRONG08.items() if e == exid for lb, _ in cases if lb in NOT_THE_SCRIPTS) >= 3
+    text = refused_text(exid, lambda: run_case(exid, dict(WRONG08[exid])[label]))
+    assert NOT_THE_SCRIPTS[label] in text, text
+
+
 @pytest.mark.parametrize("label", list(SAYS1))
 def test_08_1_refusals_say_what_the_ranks_did_without_the_answer(label):
     text = refused_text("08.1", lambda: run_case("08.1", dict(WRONG08["08.1"])[label]))
@@ -412,7 +494,7 @@ def test_a_real_launch_of_a_conversion_without_distributed_sampler_is_refused(tm
     converted = real_launch(tmp_path, NO_SAMPLER)
     ran = converted.result if isinstance(converted, WorkerFailed) else converted
     assert ran.stdout[1] == ["rank 1: 1400 samples per epoch"]  # each rank trained on everything
-    with pytest.raises(exercises.CheckFailed) as info:
+    with pytest.raises(exercises.CheckFailed) as info, notebook_in(tmp_path):
         exercises.check_08_1(converted=converted)
     assert "ranks 0 and 1 iterated the same 1400 samples" in str(info.value)
     assert "DistributedSampler" in str(info.value)
@@ -424,6 +506,7 @@ def test_a_real_launch_of_a_right_conversion_is_accepted(tmp_path, monkeypatch, 
     whether or not gloo's abort came)."""
     monkeypatch.chdir(tmp_path)
     converted = real_launch(tmp_path, source, epochs=5)
-    exercises.check_08_1(converted=converted)
+    with notebook_in(tmp_path):
+        exercises.check_08_1(converted=converted)
     noted = note or isinstance(converted, WorkerFailed)
     assert capsys.readouterr().out.endswith(f"{CLEAN_EXIT_NOTE}\n" * noted + "✓ Exercise 08.1: correct\n")

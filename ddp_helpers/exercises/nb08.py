@@ -23,6 +23,7 @@ from ddp_helpers.exercises.core import (
     numbers,
     run_file,
 )
+from ddp_helpers.exercises.provenance import current_launch, exit_aborted, launch_of
 
 PLAIN_TRAIN_SIZE = 1400  # scripts/08_plain_digits.py trains on the first 1400 of the 1797 digits
 CONVERTED = "08_ex_ddp_digits.py"
@@ -54,12 +55,15 @@ def _read_json(path: Path | None) -> Any:
         return None
 
 
-def _launched(ex: Exercise, name: str, result: Any, script: str) -> Path:
-    """The launch ran ``script`` on 2 processes and rank 0 printed; returns the script found beside the notebook."""
-    ex.launched(name, result, 2)
-    path = ex.script_of(name, result.command, script)
-    ex.require(result.stdout.get(0), f"rank 0 of `{name}` printed nothing.", "run the script the exercise names.")
-    return path
+def _launched(ex: Exercise, name: str, result: Any, script: str) -> tuple[Path, Any]:
+    """The learner's scripts/``script`` that ``result`` ran, and the launch (a result ``torchrun`` returned in this
+    kernel, or the one a WorkerFailed carries), after refusing what :func:`provenance.current_launch` refuses (a
+    typed or copied result, a launch of another script or of another folder's copy, at another world size, or
+    of a version of the script edited since) and a launch whose rank 0 printed nothing."""
+    path = current_launch(ex, name, result, script, nproc=2)
+    launch = launch_of(result)
+    ex.require(launch.stdout.get(0), f"rank 0 of `{name}` printed nothing.", "run the script the exercise names.")
+    return path, launch
 
 
 # --- 08.1: the learner's conversion, judged by what its ranks did (ddp_helpers.doctor.conversion) ------------
@@ -68,19 +72,6 @@ def _launched(ex: Exercise, name: str, result: Any, script: str) -> Path:
 DOCTOR_EPOCHS = 2
 PLAIN = Plain(samples=PLAIN_TRAIN_SIZE, global_batch=64, epochs=DOCTOR_EPOCHS, saved="result.json")
 RERUN = f"python -m ddp_helpers.doctor scripts/{CONVERTED} --out out --epochs {DOCTOR_EPOCHS}"
-
-
-def _the_launch(ex: Exercise, converted: Any) -> tuple[Any, bool]:
-    """The launch's result, and whether it ended in gloo's exit abort (its WorkerFailed, passed as the answer:
-    the work was done, so it is judged)."""
-    from ddp_helpers.launch import WorkerFailed
-
-    if isinstance(converted, WorkerFailed):
-        ex.require(converted.exit_abort and converted.result is not None,
-                   f"the launch failed: rank {converted.rank} exited with code {converted.exitcode}.",
-                   "read the error the launch printed, fix the script, then launch it again.")
-        return converted.result, True
-    return converted, False
 
 
 @check
@@ -92,8 +83,8 @@ def check_08_1(*, converted: Answer[Any]) -> None:
 
     ex = Exercise("08.1")
     ex.given(converted=converted)
-    launch, aborted = _the_launch(ex, converted)
-    script = _launched(ex, "converted", launch, CONVERTED)
+    aborted = exit_aborted(ex, converted)
+    script, launch = _launched(ex, "converted", converted, CONVERTED)
     ex.every_rank("converted", launch, 2)
     out = _out_of(launch.command)
     found = find_file(Path(out) / "result.json") if out else None
@@ -128,7 +119,8 @@ def check_08_2(*, killed_again: Answer[Any], equal: Answer[bool]) -> None:
     """The uninterrupted run compared with is the lesson's own (section 2), read from the notebook's folder."""
     ex = Exercise("08.2")
     ex.given(killed_again=killed_again, equal=equal)
-    script = _launched(ex, "killed_again", killed_again, TEMPLATE_COPY)
+    exit_aborted(ex, killed_again)  # a failed launch is refused (gloo's exit abort after the work is judged)
+    script, killed_again = _launched(ex, "killed_again", killed_again, TEMPLATE_COPY)
     value = flag(killed_again.command, "--max-restarts")
     restarts = int(value) if value is not None and value.isdigit() else 0
     ex.require(restarts >= 1, "the launch did not allow torchrun to restart the ranks.",

@@ -39,6 +39,19 @@ def launch_of(value: object) -> LaunchResult | None:
     return inner if is_registered_launch(inner) else None
 
 
+def exit_aborted(ex: Exercise, value: object) -> bool:
+    """Whether ``value`` is the launch error of a run that ended in gloo's exit abort after its work (a
+    WorkerFailed the learner passes as the answer: the work is judged, and the clean exit is noted); any other
+    launch failure is refused, naming the rank and its exit code (issue 38, item 8)."""
+    from ddp_helpers.launch import WorkerFailed
+
+    if not isinstance(value, WorkerFailed):
+        return False
+    ex.require(value.exit_abort, f"the launch failed: rank {value.rank} exited with code {value.exitcode}.",
+               "read the error the launch printed, fix the script, then launch it again.")
+    return True
+
+
 def learner_script(name: str) -> Path | None:
     """The learner's ``scripts/<name>``: the first notebook folder that holds it (:func:`core.find_file`)."""
     found = find_file(Path("scripts") / name)

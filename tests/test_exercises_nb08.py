@@ -11,6 +11,10 @@ a copy of a real one, a launch of a script edited since and a launch of another 
 its absolute path) are refused as the learner's would be (ddp_helpers.exercises.provenance.current_launch).
 Three real launches show the check on what a run really produced.
 
+08.1 runs the learner's script under the doctor (ddp_helpers.doctor.run.examine, about 10 s); the doctor's
+verdicts are real, but each distinct script is examined once per session (``examine_each_script_once``), not
+once per case; the real launches' checks run the doctor themselves.
+
 08.2 and 08.3 compare with what the lesson's own launches wrote (the uninterrupted run of section 2, the
 preempted run's snapshot of section 4), read from the notebook's folder as in tests/test_exercises_runs.py:
 here fake lesson folders (JPY_SESSION_NAME's parent) that also hold the learner's scripts/train_ddp.py."""
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import atexit
 import copy
+import hashlib
 import json
 import os
 import shutil
@@ -30,6 +35,7 @@ import pytest
 import torch
 from exercise_calls import notebook_in, refused_text  # tests/ is on sys.path
 
+import ddp_helpers.doctor.run as doctor_run
 from ddp_helpers import exercises
 from ddp_helpers.launch import EXIT_ABORT_TEXT, LaunchResult, WorkerFailed, _launch_for_tests, torchrun
 from ddp_helpers.series import NOTEBOOK_DIR, ROOT
@@ -397,6 +403,41 @@ def lesson(monkeypatch):
     monkeypatch.setenv("JPY_SESSION_NAME", str(LESSON / "notebook.ipynb"))
 
 
+# --- the doctor's run of a script, once per script ---------------------------------------------------------
+# check_08_1 runs the learner's script under the doctor (about 10 s a call), and many cases run the same script:
+# the first call for a script (its content, arguments and world size) runs the doctor for real, later calls get
+# that run's report and records. check_08_1 imports examine inside the function, from ddp_helpers.doctor.run,
+# so replacing the module's attribute reaches it.
+REAL_EXAMINE = doctor_run.examine
+EXAMINED: dict[tuple[str, tuple[str, ...], int], tuple] = {}
+DOCTOR_RUNS: list[Path] = []  # the scripts examined for real, in order
+
+
+def examine_once(script, args=(), nproc=doctor_run.DEFAULT_NPROC, **kwargs):
+    key = (hashlib.sha256(Path(script).read_bytes()).hexdigest(), tuple(str(a) for a in args), nproc)
+    if key not in EXAMINED:
+        DOCTOR_RUNS.append(Path(script))
+        EXAMINED[key] = REAL_EXAMINE(script, args=args, nproc=nproc, **kwargs)
+    return EXAMINED[key]
+
+
+@pytest.fixture
+def real_doctor():
+    """A test that asks for it runs the doctor for real on every call (the real launches' checks)."""
+
+
+@pytest.fixture(autouse=True)
+def examine_each_script_once(request, monkeypatch):
+    if "real_doctor" not in request.fixturenames:
+        monkeypatch.setattr(doctor_run, "examine", examine_once)
+
+
+def test_the_doctor_runs_once_per_script(capsys):
+    """Two cases of the same script: the second gets the first's run (check_08_1 sees the patched examine)."""
+    for case in (RIGHT08["08.1"][0], NOTED["the learner's launch ended in the exit abort"]):
+        run_case("08.1", case)
+    assert sum(1 for path in DOCTOR_RUNS if path.read_text() == SOLUTION) == 1, DOCTOR_RUNS
+
 
 def run_case(exid, kwargs):
     """Call the check; ``_lesson`` is the notebook's folder for this case."""
@@ -489,7 +530,7 @@ def real_launch(tmp_path: Path, source: Path, epochs: int = 1) -> LaunchResult |
         return err
 
 
-def test_a_real_launch_of_a_conversion_without_distributed_sampler_is_refused(tmp_path, monkeypatch):
+def test_a_real_launch_of_a_conversion_without_distributed_sampler_is_refused(tmp_path, monkeypatch, real_doctor):
     monkeypatch.chdir(tmp_path)
     converted = real_launch(tmp_path, NO_SAMPLER)
     ran = converted.result if isinstance(converted, WorkerFailed) else converted
@@ -501,7 +542,7 @@ def test_a_real_launch_of_a_conversion_without_distributed_sampler_is_refused(tm
 
 
 @pytest.mark.parametrize("source, note", [(CONVERTED, False), (HELD, True)])
-def test_a_real_launch_of_a_right_conversion_is_accepted(tmp_path, monkeypatch, capsys, source, note):
+def test_a_real_launch_of_a_right_conversion_is_accepted(tmp_path, monkeypatch, capsys, real_doctor, source, note):
     """The notebook's solution, and the same without `del model` (its group held at exit: the note, every time,
     whether or not gloo's abort came)."""
     monkeypatch.chdir(tmp_path)

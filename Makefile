@@ -27,12 +27,13 @@ NBVAL_PAR := $(if $(filter-out 0,$(NBVAL_JOBS)),-n $(NBVAL_JOBS) --dist loadfile
 # string hashing. The stored outputs must still match (notebooks/README.md, "Every machine").
 PORTABLE_ENV := ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 PYTHONHASHSEED=random
 
-.PHONY: help venv lab kernel test test-portable test-stacks test-browser test-slurm gpu-check unit nbval lint execute nav bench handouts clean stress stress-tests
+.PHONY: help venv lab kernel test test-hosted test-portable test-stacks test-browser test-slurm gpu-check unit nbval lint execute nav bench handouts clean stress stress-tests
 
 help:
 	@echo "make lab      - set up .venv if needed and open JupyterLab on notebooks/ (127.0.0.1, token on)"
 	@echo "make kernel   - offer .venv as the Jupyter kernel \"DDP course\" to another Jupyter (a JupyterHub) or VS Code"
-	@echo "make test     - unit tests, lint and strict nbval over every notebook"
+	@echo "make test     - lint, unit tests, strict nbval over every notebook, and make test-hosted"
+	@echo "make test-hosted - notebooks 00 and 04 under strict nbval in a stand-in hosted runtime: its own venv and torch (HOSTED_TORCH), set up as the README says"
 	@echo "make test-portable - strict nbval again under another CPU kernel choice (see PORTABLE_ENV)"
 	@echo "make test-stacks - unit tests and make test-portable in .venv-newest: Python 3.13 (PY313), the newest torch from PyPI"
 	@echo "make gpu-check - every recorded launch on GPUs (nccl; ranks sharing a GPU over gloo) vs the CPU (gloo); exits 0 without GPUs, 2 on a broken CUDA"
@@ -152,7 +153,7 @@ lab: $(STAMP) $(LAB_SETTINGS)
 kernel: $(STAMP)
 	$(BIN)/python -m ipykernel install --user --name ddp-course --display-name "DDP course (.venv)"
 
-test: $(STAMP) lint unit nbval
+test: $(STAMP) lint unit nbval test-hosted
 
 # --durations: the slowest tests close the log (where CI time goes). UNIT_JOBS=2 runs the unit tests two files at a time (a file's tests stay in order in one worker:
 # test_launch.py's orphan check sees only its own launches). Not the default: it saved nothing on 2 cores.
@@ -180,6 +181,31 @@ nbval: $(STAMP)
 
 test-portable: $(STAMP)
 	$(NB_ENV) $(PORTABLE_ENV) $(BIN)/python -m pytest -q $(NBVAL_PAR) $(NBVAL) $(NOTEBOOKS)
+
+# A hosted runtime (Colab, Kaggle, a JupyterHub image) stands in: a venv of its own that already holds
+# another supported torch (HOSTED_TORCH, the build pip takes by default: on Linux PyPI's CUDA build, as
+# Colab's), Jupyter's kernel and nbval; then the README's install step ("Colab, Kaggle and other hosted
+# runtimes"); then strict nbval of notebooks 00 and 04 in that venv's kernel, from this clone. The install
+# (about 5 GB) is made once per HOSTED_TORCH, like make venv; the test itself downloads nothing.
+# Other packages are held at the lock's versions (tools/stack.py keeps the installed torch), so the
+# stand-in changes only torch. Part of make test.
+HOSTED_TORCH ?= 2.14.1
+HOSTED       := build/hosted-torch$(HOSTED_TORCH)
+HOSTED_NOTEBOOKS := notebooks/00_orientation.ipynb notebooks/04_ddp_fundamentals.ipynb
+$(HOSTED)/.installed: requirements-hosted.txt pyproject.toml $(LOCKS) tools/stack.py
+	@$(call need_python,$(PY),$(PY_ADVICE))
+	rm -rf $(HOSTED) && $(PY) -m venv $(HOSTED)
+	$(PIP_ENV) $(HOSTED)/bin/python -m pip install -q torch==$(HOSTED_TORCH)
+	$(HOSTED)/bin/python tools/stack.py write $(HOSTED)
+	$(PIP_ENV) $(HOSTED)/bin/python -m pip install -q ipykernel nbval pytest pytest-timeout -c $(HOSTED)/stack-constraints.txt
+	@# the README's step, as a notebook's %pip runs it (the constraints only hold the lock's versions)
+	$(PIP_ENV) $(HOSTED)/bin/python -m pip install -q -e . -r requirements-hosted.txt -c $(HOSTED)/stack-constraints.txt
+	$(HOSTED)/bin/python -c 'import sys, torch; v = torch.__version__.split("+")[0]; \
+	  sys.exit(None if v == "$(HOSTED_TORCH)" else "the install step replaced the runtime torch $(HOSTED_TORCH) by " + v)'
+	touch $@
+
+test-hosted: $(HOSTED)/.installed
+	$(NB_ENV) $(HOSTED)/bin/python -m pytest -q --durations=5 $(NBVAL) $(HOSTED_NOTEBOOKS)
 
 # The newest stack: make unit and make test-portable again in a second venv (made if missing) of
 # Python 3.13 (PY313) with requirements-py3.13.lock's torch, the newest, installed as a learner's pip

@@ -396,6 +396,32 @@ def test_make_test_stacks_runs_unit_and_portable_nbval_in_a_venv_of_the_newest_s
     assert ".venv-newest/" in (ROOT / ".gitignore").read_text().splitlines()
 
 
+def test_make_test_runs_the_hosted_stand_in_the_readme_way_with_another_supported_torch():
+    """make test-hosted (part of make test): a venv that holds another supported torch before anything else,
+    then the README's install step for hosted runtimes, a check that the torch was kept, then strict nbval
+    of 00 and 04 in that venv (issue 35, item 3)."""
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^test: .*\btest-hosted\b", makefile, re.M)
+    hosted = re.search(r"^HOSTED_TORCH \?= (\S+)$", makefile, re.M).group(1)
+    low, high = stack.supported((ROOT / "requirements.txt").read_text())
+    release = tuple(map(int, hosted.split(".")))
+    assert low <= release and release[:2] <= high[:2] and hosted != lock_pins("3.11")["torch"]  # another, supported
+    result = subprocess.run(["make", "-n", "-C", str(ROOT), "test-hosted", "HOSTED_TORCH=2.14.0"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stdout.splitlines() if "build/hosted-torch2.14.0/bin/python" in line]
+    steps = [next(i for i, line in enumerate(lines) if word in line) for word in
+             ("install -q torch==2.14.0", "tools/stack.py write", "install -q -e . -r requirements-hosted.txt",
+              "torch.__version__", "--nbval")]
+    assert steps == sorted(steps), lines  # torch first (the runtime's), the README's step, the check, nbval
+    readme = (ROOT / "README.md").read_text()
+    assert "%pip install -q -e course -r course/requirements-hosted.txt" in readme  # the step the target runs
+    nbval = lines[steps[-1]]
+    assert nbval.startswith("CUDA_VISIBLE_DEVICES= ") and nbval.endswith(
+        "notebooks/00_orientation.ipynb notebooks/04_ddp_fundamentals.ipynb")
+    assert "build/" in (ROOT / ".gitignore").read_text().splitlines()
+
+
 def test_make_lab_binds_localhost_and_keeps_the_token():
     makefile = (ROOT / "Makefile").read_text()
     lab = makefile.split("\nlab:")[1].split("\n\n")[0]

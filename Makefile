@@ -27,7 +27,7 @@ NBVAL_PAR := $(if $(filter-out 0,$(NBVAL_JOBS)),-n $(NBVAL_JOBS) --dist loadfile
 # string hashing. The stored outputs must still match (notebooks/README.md, "Every machine").
 PORTABLE_ENV := ATEN_CPU_CAPABILITY=default MKL_ENABLE_INSTRUCTIONS=SSE4_2 ONEDNN_MAX_CPU_ISA=SSE41 PYTHONHASHSEED=random
 
-.PHONY: help venv lab kernel test test-hosted test-portable test-stacks test-browser test-slurm gpu-check unit nbval lint execute nav bench handouts clean stress stress-tests
+.PHONY: help venv hosted-venv lab kernel test test-hosted test-portable test-stacks test-browser test-slurm gpu-check unit nbval lint execute nav bench handouts clean stress stress-tests
 
 help:
 	@echo "make lab      - set up .venv if needed and open JupyterLab on notebooks/ (127.0.0.1, token on)"
@@ -192,17 +192,22 @@ test-portable: $(STAMP)
 HOSTED_TORCH ?= 2.14.1
 HOSTED       := build/hosted-torch$(HOSTED_TORCH)
 HOSTED_NOTEBOOKS := notebooks/00_orientation.ipynb notebooks/04_ddp_fundamentals.ipynb
-$(HOSTED)/.installed: requirements-hosted.txt pyproject.toml $(LOCKS) tools/stack.py
+# The runtime as it comes (independent of .venv: .ci/run installs both at once with make -j2), then the
+# README's step, after .venv's install (both editable installs write ddp_helpers.egg-info here).
+$(HOSTED)/.runtime: $(LOCKS) tools/stack.py
 	@$(call need_python,$(PY),$(PY_ADVICE))
 	rm -rf $(HOSTED) && $(PY) -m venv $(HOSTED)
 	$(PIP_ENV) $(HOSTED)/bin/python -m pip install -q torch==$(HOSTED_TORCH)
 	$(HOSTED)/bin/python tools/stack.py write $(HOSTED)
 	$(PIP_ENV) $(HOSTED)/bin/python -m pip install -q ipykernel nbval pytest pytest-timeout -c $(HOSTED)/stack-constraints.txt
+	touch $@
+$(HOSTED)/.installed: $(HOSTED)/.runtime requirements-hosted.txt pyproject.toml | $(STAMP)
 	@# the README's step, as a notebook's %pip runs it (the constraints only hold the lock's versions)
 	$(PIP_ENV) $(HOSTED)/bin/python -m pip install -q -e . -r requirements-hosted.txt -c $(HOSTED)/stack-constraints.txt
 	$(HOSTED)/bin/python -c 'import sys, torch; v = torch.__version__.split("+")[0]; \
 	  sys.exit(None if v == "$(HOSTED_TORCH)" else "the install step replaced the runtime torch $(HOSTED_TORCH) by " + v)'
 	touch $@
+hosted-venv: $(HOSTED)/.installed
 
 test-hosted: $(HOSTED)/.installed
 	$(NB_ENV) $(HOSTED)/bin/python -m pytest -q --durations=5 $(NBVAL) $(HOSTED_NOTEBOOKS)

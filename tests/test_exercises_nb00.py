@@ -20,7 +20,7 @@ from exercise_calls import notebook_in, refused_text  # tests/ is on sys.path
 
 from ddp_helpers import exercises
 from ddp_helpers.exercises.nb00 import PLAIN_KEYS
-from ddp_helpers.launch import LaunchResult, _launch_for_tests
+from ddp_helpers.launch import EXIT_ABORT_TEXT, LaunchResult, WorkerFailed, _launch_for_tests
 from ddp_helpers.series import NOTEBOOK_DIR
 
 TMP = Path(tempfile.mkdtemp(prefix="exercise_nb00_"))
@@ -81,18 +81,21 @@ WRONG_SCRIPTS = {
 
 
 def conversion(name: str, text: str, *, keys=PLAIN_KEYS, stale: bool = False, typed: bool = False,
-               script_name: str = "00_ex_ddp.py") -> dict:
+               script_name: str = "00_ex_ddp.py", saved: float | None = 2.0, wrap=None) -> dict:
     """A learner folder with scripts/<script_name> and the model.pt its (fake, registered) launch wrote; the check's
     keyword arguments, and ``_folder`` (the notebook's folder, where the check runs). ``stale``: the script
-    was edited after its launch; ``typed``: the result is a LaunchResult typed by hand, not a launch's."""
+    was edited after its launch; ``typed``: the result is a LaunchResult typed by hand, not a launch's;
+    ``saved``: when model.pt was written, in seconds after the launch began (None: not at all); ``wrap``: what
+    the learner passes instead of the launch (the WorkerFailed that carries it)."""
     folder = TMP / name.replace(" ", "_").replace(",", "")
     (folder / "out").mkdir(parents=True, exist_ok=True)
     (folder / "scripts").mkdir(exist_ok=True)
     script = folder / "scripts" / script_name
     script.write_text(text)
     launched = time.time() + 1.0  # the launch began after the script was written
-    torch.save({k: torch.zeros(1) for k in keys}, folder / "out" / "model.pt")
-    os.utime(folder / "out" / "model.pt", (launched + 2, launched + 2))
+    if saved is not None:
+        torch.save({k: torch.zeros(1) for k in keys}, folder / "out" / "model.pt")
+        os.utime(folder / "out" / "model.pt", (launched + saved, launched + saved))
     stdout = {0: ["epoch 3: last batch loss 0.7"]}
     if typed:
         result = LaunchResult(command=f"torchrun --standalone --nproc-per-node=2 -- {script} {folder / 'out'}",
@@ -101,7 +104,12 @@ def conversion(name: str, text: str, *, keys=PLAIN_KEYS, stale: bool = False, ty
         result = _launch_for_tests(script, 2, stdout, args=[str(folder / "out")], started=launched, seconds=5.0)
     if stale:  # the script was edited after its launch
         script.write_text(text + "# edited after the launch\n")
-    return dict(converted=result, _folder=folder)
+    return dict(converted=wrap(result) if wrap else result, _folder=folder)
+
+
+def exit_abort(result: LaunchResult) -> WorkerFailed:
+    """What torchrun raises when rank 0 dies of gloo's exit abort after the work: the learner passes it."""
+    return WorkerFailed(0, -6, f"[rank0]: {EXIT_ABORT_TEXT}", result.command, result=result)
 
 
 def call_00_4(kwargs: dict) -> None:
@@ -116,12 +124,20 @@ def call_00_4(kwargs: dict) -> None:
 
 
 RIGHT00 = [conversion("solution", SOLUTION), conversion("with the runtime helper", WITH_HELPER)]
+# a right conversion whose launch ended in gloo's exit abort after the work (the rule of 08.1): judged, then noted
+ABORTED = conversion("exit abort after the work", SOLUTION, wrap=exit_abort)
+CLEAN_EXIT_NOTE = ("note (clean exit): end with the clean exit: `dist.barrier()`, `del model`, "
+                   "`dist.destroy_process_group()`, with `import torch.distributed.nn` before `init_process_group`.")
 WRONG00 = {label: conversion(label, text) for label, text in WRONG_SCRIPTS.items()}
 WRONG00.update({
     "the module. prefix in model.pt": conversion("prefix", SOLUTION, keys=[f"module.{k}" for k in PLAIN_KEYS]),
     "a stale run: the script changed after its launch": conversion("stale", SOLUTION, stale=True),
     "a launch of another script": conversion("other", SOLUTION, script_name="my_ddp.py"),
     "a hand-typed result": conversion("typed", SOLUTION, typed=True),
+    "no model.pt": conversion("no model", SOLUTION, saved=None),
+    "a model.pt left by an earlier run": conversion("old model", SOLUTION, saved=-60.0),
+    "a launch that failed in its work": conversion("failed", SOLUTION, wrap=lambda r: WorkerFailed(
+        1, 1, "ValueError: bad", r.command, result=r)),
 })
 
 
@@ -139,15 +155,22 @@ def test_right_conversions_in_either_style_pass(i, capsys):
 
 # what each refusal must say: what the ranks did (or why the run is not the script's), not the answer
 SAYS = {"the plain script, unchanged": "init_process_group", "no DDP wrap": "no DistributedDataParallel",
-        "no DistributedSampler": "the same", "the global batch doubled": "batches of [24]",
+        "no DistributedSampler": "the same", "the global batch doubled": "global batches of 48 samples",
         "every rank saves": "each wrote", "no set_epoch": "same order", "the module. prefix in model.pt": "module.",
         "a stale run: the script changed after its launch": "after launching it",
         "a launch of another script": "is a launch of my_ddp.py",
-        "a hand-typed result": "not a result that `torchrun(...)` returned"}
+        "a hand-typed result": "not a result that `torchrun(...)` returned",
+        "no model.pt": "did not write model.pt", "a model.pt left by an earlier run": "did not write model.pt",
+        "a launch that failed in its work": "exited with code 1"}
 
 
 def test_every_wrong_case_says_what_it_shows():
     assert set(SAYS) == set(WRONG00) and len(RIGHT00) >= 2
+
+
+def test_a_launch_that_ended_in_the_exit_abort_after_its_work_is_judged_and_noted(capsys):
+    call_00_4(ABORTED)
+    assert capsys.readouterr().out == f"{CLEAN_EXIT_NOTE}\n✓ Exercise 00.4: correct\n"
 
 
 @pytest.mark.parametrize("label", list(WRONG00))

@@ -1,8 +1,8 @@
 """A learner's conversion of a plain training script to DDP, judged by what its ranks did under the doctor.
 
-The exercises that ask for a conversion (08.1; 00.4 checks the same things its own way) run the learner's
-script with :func:`ddp_helpers.doctor.run.examine` and accept it when, whatever its style
-(``init_process_group`` or the series' ``distributed()``, any per-rank batch arrangement):
+The exercises that ask for a conversion (08.1 and 00.4) run the learner's script with
+:func:`ddp_helpers.doctor.run.examine` and accept it when, whatever its style (``init_process_group`` or the
+series' ``distributed()``, any per-rank batch arrangement):
 
 - the run completed (gloo's exit abort after the work counts as completed: it becomes a note);
 - in every epoch each rank trained on its own shard (disjoint, together every sample; a DistributedSampler's
@@ -41,6 +41,11 @@ class Plain:
     epochs: int  # epochs of the doctor's run
     saved: str  # the name of the file the plain script writes (rank 0 alone, once converted)
     nproc: int = 2
+    epochs_arg: str | None = "--epochs"  # the script's argument that sets its epochs (None: fixed in the script)
+
+    def run_as(self) -> str:
+        """How the doctor's run was made, for a message: "run with --epochs 2", or "run for its 4 epochs"."""
+        return f"run with {self.epochs_arg} {self.epochs}" if self.epochs_arg else f"run for its {self.epochs} epochs"
 
     def steps(self) -> list[int]:
         """The global batch of each optimizer step of one epoch: each rank's shard (ceil(samples / nproc), a
@@ -107,9 +112,10 @@ def _epochs(records: list[RankRecord], plain: Plain) -> Refusal | None:
     for record in records:
         passes = training_passes(record)
         if len(passes) != plain.epochs:
-            return Refusal(f"run with --epochs {plain.epochs}, rank {record.rank} trained in {len(passes)} passes "
-                           f"over its data loader.",
-                           "keep the plain script's epoch loop and its --epochs argument; change only what DDP needs.")
+            keep = f"its {plain.epochs_arg} argument" if plain.epochs_arg else "its number of epochs"
+            return Refusal(f"{plain.run_as()}, rank {record.rank} trained in {len(passes)} passes over its data "
+                           "loader.",
+                           f"keep the plain script's epoch loop and {keep}; change only what DDP needs.")
     return None
 
 
@@ -141,7 +147,7 @@ def _global_batch(records: list[RankRecord], plain: Plain) -> Refusal | None:
     if steps == expected:
         return None
     if len(steps) != len(expected):
-        return Refusal(f"run with --epochs {plain.epochs}, the ranks made {len(steps)} optimizer steps with global "
+        return Refusal(f"{plain.run_as()}, the ranks made {len(steps)} optimizer steps with global "
                        f"batches of {_sizes(steps)} samples (summed over the ranks); the plain script makes "
                        f"{len(expected)} steps of {plain.global_batch} (the last of an epoch fewer).",
                        "make the per-rank batch the global batch divided by the number of ranks (or accumulate "

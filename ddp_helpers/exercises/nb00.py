@@ -6,12 +6,20 @@ import ast
 import shlex
 import subprocess
 from pathlib import Path
-from typing import Any
 
 import torch
 
+from ddp_helpers.doctor.catalog import CATALOG
+from ddp_helpers.doctor.conversion import REFUSED, Plain
 from ddp_helpers.exercises.core import Answer, Exercise, calls, check, find_file, numbers
-from ddp_helpers.exercises.provenance import current_launch, learner_script, prints_no_literal, same_file
+from ddp_helpers.exercises.provenance import (
+    current_launch,
+    exit_aborted,
+    launch_of,
+    learner_script,
+    prints_no_literal,
+    same_file,
+)
 from ddp_helpers.launch import LaunchResult
 
 
@@ -98,16 +106,18 @@ def check_00_3(*, plain: Answer[subprocess.CompletedProcess]) -> None:
     ex.correct()
 
 
-# --- 00.4: the learner's own conversion, judged by what DDP does ------------------------------------
+# --- 00.4: the learner's own conversion, judged by what DDP does (ddp_helpers.doctor.conversion, as 08.1) ----
 # The exercise's contract: the plain script (notebooks/walkthrough/exercise_plain.py, which the learner converts
-# into scripts/00_ex_ddp.py) trains on SAMPLES samples for EPOCHS epochs with batches of
+# into scripts/00_ex_ddp.py) trains on SAMPLES samples for EPOCHS epochs (fixed in the script) with batches of
 # GLOBAL_BATCH and saves its model's state dict (these keys) to OUT/model.pt, OUT its first argument.
 CONVERTED = "00_ex_ddp.py"
 SAMPLES, GLOBAL_BATCH, EPOCHS, NPROC = 192, 24, 4, 2
 PLAIN_KEYS = ["0.weight", "0.bias", "2.weight", "2.bias"]
-# what the doctor may find that the exercise asks about (the clean exit's and the log's warnings become notes)
-REFUSED = ("no-process-group", "data-not-sharded", "sampler-epoch-not-set", "model-not-wrapped", "replicas-diverge",
-           "save-on-every-rank")
+PLAIN = Plain(samples=SAMPLES, global_batch=GLOBAL_BATCH, epochs=EPOCHS, saved="model.pt", nproc=NPROC,
+              epochs_arg=None)
+RERUN = f"python -m ddp_helpers.doctor scripts/{CONVERTED} out"
+# what the doctor finds beyond what the exercise asks about becomes a note (the clean exit, the logged loss...)
+NOTED = tuple(finding for finding in CATALOG if finding not in REFUSED)
 
 
 def _out_folder(command: str, script: Path) -> str | None:
@@ -120,25 +130,24 @@ def _out_folder(command: str, script: Path) -> str | None:
     return words[at + 1] if at is not None and at + 1 < len(words) else None
 
 
-def _training_passes(record: Any) -> list[Any]:
-    return [p for p in record.passes() if p.grad and p.keys]
-
-
 @check
 def check_00_4(*, converted: Answer[LaunchResult]) -> None:
-    """The learner's launch, then the same script run again under the doctor (ddp_helpers.doctor), whose
-    records say what each rank did: the samples of each batch, the optimizer steps, the saves."""
-    from ddp_helpers.doctor.catalog import CATALOG
+    """The learner's launch (its script, the model.pt it saved), then the same script run again under the doctor
+    (ddp_helpers.doctor), judged by the rules of every conversion exercise (ddp_helpers.doctor.conversion): each
+    rank trained on its own shard at the plain script's global batch for its epochs, the replicas stayed equal
+    and rank 0 alone saved model.pt."""
+    from ddp_helpers.doctor.conversion import notes, refusal
     from ddp_helpers.doctor.run import examine
 
     ex = Exercise("00.4")
     ex.given(converted=converted)
+    aborted = exit_aborted(ex, converted)  # gloo's exit abort after the work: judged, with the clean exit's note
     # a result torchrun returned in this kernel, of the learner's current scripts/00_ex_ddp.py, on NPROC ranks
     script = current_launch(ex, "converted", converted, CONVERTED, nproc=NPROC)
-    started = converted.started
-    out = converted.args[0] if converted.args else _out_folder(converted.command, script)
+    launch = launch_of(converted)
+    out = launch.args[0] if launch.args else _out_folder(launch.command, script)
     saved = find_file(Path(out) / "model.pt") if out else None
-    ex.require(saved is not None and saved.stat().st_mtime >= started,
+    ex.require(saved is not None and saved.stat().st_mtime >= launch.started,
                "the launch did not write model.pt into the folder given as the script's first argument.",
                "keep the plain script's `out` argument and its `torch.save(..., out / \"model.pt\")`, on rank 0.")
     try:
@@ -149,36 +158,9 @@ def check_00_4(*, converted: Answer[LaunchResult]) -> None:
                "save `model.module.state_dict()`: the DDP wrapper's own keys start with `module.`.")
 
     report, evidence = examine(script, args=["out"], nproc=NPROC)
-    ex.require(report.outcome == "completed",
-               f"run again at {NPROC} ranks, the script did not complete ({report.outcome}"
-               f"{': ' + report.reason if report.reason else ''}).",
-               "run `python -m ddp_helpers.doctor scripts/00_ex_ddp.py out` in a terminal to see where it stops.")
-    for finding in report.findings:
-        if finding.id in REFUSED or finding.level == "error":
-            ex.fail(f"{finding.message} ({finding.id}).", CATALOG[finding.id].fix.replace("\n", " "))
-    steps = EPOCHS * SAMPLES // GLOBAL_BATCH
-    for rank, record in sorted(evidence.records.items()):
-        passes = _training_passes(record)
-        sizes = {size for p in passes for size in p.batches}
-        ex.require(sizes == {GLOBAL_BATCH // NPROC},
-                   f"rank {rank} trained on batches of {sorted(sizes)} samples: one optimizer step then sees "
-                   f"{NPROC} x that, not the plain script's {GLOBAL_BATCH}.",
-                   "make the per-rank batch the global batch divided by the number of ranks.")
-        ex.require(len(passes) == EPOCHS and len(record.of("step")) == steps,
-                   f"rank {rank} made {len(record.of('step'))} optimizer steps in {len(passes)} passes over its "
-                   f"data; the plain script makes {steps} in {EPOCHS} epochs.",
-                   "keep the plain script's EPOCHS and GLOBAL_BATCH; change only what DDP needs.")
-    world = sorted(evidence.records)  # the ranks of the run the doctor made (its world size)
-    for epoch in range(EPOCHS):
-        shards = [set(_training_passes(evidence.records[r])[epoch].keys) for r in world]
-        every = [key for shard in shards for key in shard]
-        ex.require(len(every) == len(set(every)) and set(every) == set(range(SAMPLES)),
-                   f"in epoch {epoch} the ranks' shards overlap or miss samples.",
-                   "give the DataLoader a DistributedSampler over the whole data set (and call set_epoch).")
-    writers = sorted({rank for rank, record in evidence.records.items()
-                      for save in record.of("save") if str(save.get("path", "")).endswith("model.pt")})
-    ex.require(writers == [0], f"model.pt was written by rank(s) {writers}, not by rank 0 alone.",
-               "save on rank 0 only (`if dist.get_rank() == 0:`), then a barrier.")
-    for finding in report.findings:  # what the run shows beyond the exercise: the clean exit, the logged loss
-        print(f"note ({finding.id}): {CATALOG[finding.id].fix.splitlines()[0]}")
+    wrong = refusal(report, evidence, PLAIN, rerun=RERUN)
+    if wrong is not None:
+        ex.fail(wrong.what, wrong.hint)
+    for line in notes(report, NOTED, aborted=aborted):
+        print(line)
     ex.correct()

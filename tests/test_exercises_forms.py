@@ -147,12 +147,24 @@ def test_keys_named_in_another_form():
     assert [core.key_number(k) for k in (0.5, "0.5", "DDP cap 0.5", "0.5 MiB", "cap", "1 or 2")] == [
         0.5, 0.5, 0.5, 0.5, None, None]
     assert {core.key_name(k) for k in ("All-Gather", "all gather", "all_gather ")} == {"all_gather"}
+    mib = 2**20  # a size: in the text's unit, with a unit of its own, or a whole number of bytes
+    assert [core.key_size(k, mib) for k in (0.5, "0.5", "DDP cap 0.5", "512 KiB", "0.5MB", 524288, "524288 bytes",
+                                            "bucket_cap_mb=8", 32, "cap", "1 or 2")] == [
+        0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 8.0, 32.0, None, None]
+    names = {"forward_bytes": ("forward", "fwd"), "all_gather": ("all_gather_into_tensor",)}
+    assert {core.key_among(k, names) for k in ("AllGather", "allgather", "All-Gather", "all_gather_into_tensor")} \
+        == {"all_gather"}
+    assert [core.key_among(k, names) for k in ("Forward", "FWD", "forward bytes", "Backward")] == [
+        "forward_bytes", "forward_bytes", "forward_bytes", "backward"]  # an unknown key keeps its own name
+    assert core.keys_among({"fwd": 1, "forward_bytes": 1}, names) is None  # two keys for one name
     assert core.without_zeros({"a": 3, "b": 0, "c": "0"}) == {"a": 3}
 
 
 def test_nb10_and_nb11_read_keys_and_zero_entries_in_any_form():
     assert nb10._by_cap({"DDP cap 0.5": 3, 8: "2", "32 MiB": np.int64(1)}) == {0.5: 3, 8.0: 2, 32.0: 1}
     assert nb10._by_cap({"default": 3}) is None  # no cap named: refused, not a crash
+    assert nb10._by_cap({"512 KiB": 3, 8 * 2**20: 2}) == {0.5: 3, 8.0: 2}  # a unit of its own, bytes
+    assert nb10._by_cap({"0.5": 3, "512 KiB": 3}) is None  # two keys for one cap
     truth = {"forward_bytes": {"all_gather": 10}, "backward_bytes": {"all_gather": 10, "reduce_scatter": 10}}
     given = {"forward_bytes": {"All-Gather": "10", "reduce_scatter": 0},
              "backward_bytes": {"all gather": 10, "reduce-scatter": torch.tensor(10)}}

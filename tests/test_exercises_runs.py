@@ -323,12 +323,24 @@ RIGHT = {
              dict(seconds="3.4", _late=lambda: barrier_failure(OK))],  # a number as a string (core's coercion rule)
     "10.2": [dict(predict_buckets=reducer_count, predicted_buckets=dict(COUNTS)),
              dict(predict_buckets=lambda nb, cap: np.int64(reducer_count(nb, cap)),
-                  predicted_buckets={0.5: np.int64(4), 8: torch.tensor(2), 32.0: 1})],
+                  predicted_buckets={0.5: np.int64(4), 8: torch.tensor(2), 32.0: 1}),
+             # the caps keyed in other forms (core.key_size): in bytes, as predict_buckets takes them...
+             dict(predict_buckets=reducer_count, predicted_buckets={0.5 * 2**20: 4, 8 * 2**20: 2, 32 * 2**20: 1}),
+             # ... or with a unit of their own
+             dict(predict_buckets=reducer_count, predicted_buckets={"512 KiB": 4, "8 MiB": 2, "32MB": 1}),
+             dict(predict_buckets=reducer_count, predicted_buckets={"512KiB": 4, "8192 KiB": 2, "0.03125 GiB": 1})],
     "11.1": [dict(predict_partition=zero_partition, found=(8, 16, 24, 24)),
              dict(predict_partition=lambda s, w: tuple(tuple(r) for r in zero_partition(s, w)),
                   found=np.array([8, 16, 24, 24]))],
     "11.3": [dict(predicted=PAYLOADS),
-             dict(predicted={k: {c: np.int64(b) for c, b in v.items()} for k, v in PAYLOADS.items()})],
+             dict(predicted={k: {c: np.int64(b) for c, b in v.items()} for k, v in PAYLOADS.items()}),
+             # the keys named otherwise (core.key_among): the phases without "_bytes", the collectives in any spelling
+             dict(predicted={"forward": {"allgather": sum(LAYER)},
+                             "backward": {"AllGather": sum(LAYER), "ReduceScatter": sum(LAYER)}}),
+             dict(predicted={"fwd": {"all_gather_into_tensor": sum(LAYER)},  # torch's names of the collectives
+                             "bwd": {"all_gather_into_tensor": sum(LAYER), "reduce_scatter_tensor": sum(LAYER)}}),
+             dict(predicted={"Forward bytes": {"all-gather": sum(LAYER), "reduce-scatter": 0},
+                             "backward pass": {"All Gather": sum(LAYER), "reduce scatter": sum(LAYER)}})],
     "12.1": [dict(partials=PARTS, **C12), dict(partials=tuple(p.double().numpy() for p in PARTS), **C12)],
     "12.3": [dict(averaged=AVERAGED, **C123), dict(averaged=AVERAGED.double().numpy(), **C123),
              dict(averaged=AVERAGED + 1e-6, **C123),  # within float32's rounding of another summation order
@@ -411,6 +423,8 @@ WRONG = {
              ("one bucket per tensor", dict(predict_buckets=lambda nb, cap: len(nb), predicted_buckets=COUNTS)),
              ("counts off", dict(predict_buckets=reducer_count, predicted_buckets={"0.5": 3, "8": 2, "32": 1})),
              ("a list", dict(predict_buckets=reducer_count, predicted_buckets=[4, 2, 1])),
+             ("the counts keyed by caps in KiB", dict(predict_buckets=reducer_count,
+                                                      predicted_buckets={"0.5 KiB": 4, "8 KiB": 2, "32 KiB": 1})),
              ("no run yet", dict(predict_buckets=reducer_count, predicted_buckets=COUNTS, _lesson=EMPTY)),
              ("a run without the variants", dict(predict_buckets=reducer_count, predicted_buckets=COUNTS,
                                                  _lesson=ODD))],
@@ -433,6 +447,9 @@ WRONG = {
                                                     "backward_bytes": {"reduce_scatter": sum(LAYER)}})),
              ("halves", dict(predicted={k: {c: b // 2 for c, b in v.items()} for k, v in PAYLOADS.items()})),
              ("flat dict", dict(predicted={"forward_bytes": sum(LAYER), "backward_bytes": 2 * sum(LAYER)})),
+             ("the phases swapped, named otherwise", dict(predicted={"fwd": PAYLOADS["backward_bytes"],
+                                                                      "bwd": PAYLOADS["forward_bytes"]})),
+             ("two keys for one phase", dict(predicted={**PAYLOADS, "forward": PAYLOADS["forward_bytes"]})),
              ("no run yet", dict(predicted=PAYLOADS, _lesson=EMPTY)),
              ("the run counted otherwise", dict(predicted=PAYLOADS, _lesson=ODD))],
     "12.1": [("copy-through: a loose tolerance", dict(partials=[PARTS[0] + 0.4, PARTS[1] - 0.4], tol=1.0, **C12)),

@@ -14,7 +14,7 @@ from ddp_helpers.exercises.core import (
     check,
     close,
     integer,
-    key_number,
+    key_size,
     number,
     rel_tol_for,
     run_json,
@@ -68,12 +68,16 @@ def _reference_count(nbytes: Sequence[int], cap: float) -> int:
 
 
 def _by_cap(counts: object) -> dict[float, int] | None:
-    """Bucket counts keyed by the cap in MiB as a number ("0.5" and 0.5 alike)."""
+    """Bucket counts keyed by the cap in MiB as a number, the key in any form core's rule reads as a size
+    (core.key_size): 0.5, "0.5", "DDP cap 0.5", "0.5 MiB", "512 KiB", or 524288 (bytes); None when a count is no
+    whole number, a key names no size, or two keys name the same cap."""
     if not isinstance(counts, Mapping):
         return None
     try:
-        out = {key_number(k): integer(v) for k, v in counts.items()}  # 0.5, "0.5", "DDP cap 0.5"
+        out = {key_size(k, 2**20): integer(v) for k, v in counts.items()}
     except (TypeError, ValueError):
+        return None
+    if len(out) != len(counts):
         return None
     return None if None in out.values() or None in out else out  # type: ignore[return-value]
 

@@ -15,7 +15,7 @@ from ddp_helpers.exercises.core import (
     check,
     integer,
     integer_list,
-    key_name,
+    keys_among,
     number_list,
     run_json,
     sequence,
@@ -113,11 +113,25 @@ def check_11_2(*, per_gpu: Answer[Sequence[float]], smallest_stage: Answer[int])
     ex.correct()
 
 
+# the text's names, and other names a learner may give the same thing (core.key_among reads any spelling of each)
+PHASES = {"forward_bytes": ("forward", "fwd", "fwd_bytes", "forward_pass", "forward_payload", "forward_pass_bytes"),
+          "backward_bytes": ("backward", "bwd", "bwd_bytes", "backward_pass", "backward_payload",
+                             "backward_pass_bytes")}
+COLLECTIVES = {"all_gather": ("all_gather_into_tensor", "all_gather_base"),  # torch's names of the collectives
+               "reduce_scatter": ("reduce_scatter_tensor", "reduce_scatter_base")}
+
+
 def _payloads(value: object) -> dict[str, dict[str, int]] | None:
-    """{phase: {collective: bytes}} with the bytes as ints (numpy and tensor counts accepted)."""
+    """{phase: {collective: bytes}} with the bytes as ints (numpy and tensor counts accepted), each key in any
+    spelling or other name of PHASES and COLLECTIVES (explicit zero entries left out); None when a count is no
+    whole number or two keys name the same phase or collective."""
     if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
         return None
-    out = {key_name(k): {key_name(c): integer(b) for c, b in without_zeros(v).items()} for k, v in value.items()}
+    phases = keys_among(value, PHASES)
+    inner = {k: keys_among(without_zeros(v), COLLECTIVES) for k, v in (phases or {}).items()}
+    if phases is None or None in inner.values():
+        return None
+    out = {k: {c: integer(b) for c, b in v.items()} for k, v in inner.items()}
     return None if any(None in v.values() for v in out.values()) else out  # type: ignore[return-value]
 
 

@@ -244,9 +244,54 @@ def key_number(key: object) -> float | None:
     return x
 
 
+# sizes named with a unit; MB and GB are read as MiB and GiB, as DDP's bucket_cap_mb does
+_SIZE_UNITS = {"b": 1, "byte": 1, "bytes": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20,
+               "mib": 2**20, "g": 2**30, "gb": 2**30, "gib": 2**30}
+_SIZED = re.compile(r"(-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*([A-Za-z]*)")
+
+
+def key_size(key: object, unit: int) -> float | None:
+    """A dict key that names a size, in units of ``unit`` bytes (2**20: MiB): a number in that unit (0.5, "0.5",
+    "DDP cap 0.5"), a number with its own unit ("512 KiB", "0.5MB", "524288 bytes"), or a whole number of 1024
+    units or more, read as bytes (524288 for 0.5 MiB: the size in bytes, as a function that takes bytes
+    gives it); None otherwise (no number, or two)."""
+    x = number(key)
+    if x is not None:
+        return x / unit if x >= 1024 and x == int(x) else x
+    if not isinstance(key, str):
+        return None
+    found = _SIZED.findall(key)
+    if len(found) != 1:
+        return None
+    value, word = float(found[0][0]), found[0][1].lower()
+    if word in _SIZE_UNITS:
+        return value * _SIZE_UNITS[word] / unit
+    return value / unit if value >= 1024 and value == int(value) else value
+
+
 def key_name(key: object) -> str:
     """A dict key as a name, spelled one way: "All-Gather", "all gather" and "all_gather" alike."""
     return re.sub(r"[^0-9a-z]+", "_", str(key).strip().lower()).strip("_")
+
+
+def key_among(key: object, names: Mapping[str, tuple[str, ...]]) -> str:
+    """The name among a check's ``names`` ({the text's name: other names for the same thing}) that a dict key
+    means: the name or one of its other names in any case, with any separators or none ("All-Gather",
+    "allgather", "AllGather" and "all_gather" alike; "forward" for "forward_bytes", torch's
+    "all_gather_into_tensor" for "all_gather"); a key that means none, as :func:`key_name` spells it (so a check
+    refuses it as a key it does not know)."""
+    squashed = key_name(key).replace("_", "")
+    for name, others in names.items():
+        if squashed in {key_name(n).replace("_", "") for n in (name, *others)}:
+            return name
+    return key_name(key)
+
+
+def keys_among(value: Mapping, names: Mapping[str, tuple[str, ...]]) -> dict | None:
+    """``value`` with each key renamed by :func:`key_among`; None when two keys mean the same name (the
+    check cannot tell which the learner meant)."""
+    out = {key_among(k, names): v for k, v in value.items()}
+    return out if len(out) == len(value) else None
 
 
 def without_zeros(counts: Mapping) -> dict:

@@ -56,16 +56,21 @@ from ddp_helpers.launch_record import (  # noqa: F401  re-exported: provenance r
     write_provenance,
 )
 from ddp_helpers.launch_watchdog import start_watchdog, stop_watchdog, terminate
-from ddp_helpers.live_view import LiveMode, _in_kernel, _live_mode, _live_sink, is_omp_notice  # noqa: F401  is_omp_notice re-exported
+from ddp_helpers.live_view import (  # noqa: F401  is_omp_notice re-exported
+    PREFIX_TEMPLATE,
+    LiveMode,
+    RankLines,
+    _in_kernel,
+    _live_mode,
+    _live_sink,
+    is_omp_notice,
+)
 from ddp_helpers.runtime import FAILURES_ENV
 from ddp_helpers.tracebacks import install_traceback_filter
 
 if TYPE_CHECKING:
     import argparse
 
-# torchrun prefixes every line a worker writes with this (global rank).
-_PREFIX_TEMPLATE = "[rank${rank}]:"
-_PREFIX_RE = re.compile(r"^\[rank(\d+)\]:(.*)$")
 # torch itself prefixes traceback lines with "[rankN]: " as well.
 _INNER_PREFIX_RE = re.compile(r"^\[rank\d+\]: ?")
 _ROOT_CAUSE_RE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+)", re.S)
@@ -445,7 +450,7 @@ def _run(plan: LaunchPlan, path: Path, nproc: int, nnodes: int, script_args: lis
     # torchrun's own log folder (its --log-dir, as PET_LOG_DIR) inside the launch's temporary folder: an agent
     # killed after its caller died cannot remove a folder of its own; this one goes with the launch's
     child_env.setdefault("PET_LOG_DIR", os.path.join(failures_dir, "torchelastic"))
-    child_env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = _PREFIX_TEMPLATE
+    child_env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = PREFIX_TEMPLATE
     child_env.setdefault("PYTHONUNBUFFERED", "1")
     child_env.setdefault("PYTHON_COLORS", "0")  # parsed text: ipykernel sets FORCE_COLOR, 3.13 would colour tracebacks
     child_env.pop("DDP_HELPERS_LIVE", None)
@@ -473,7 +478,7 @@ def _run(plan: LaunchPlan, path: Path, nproc: int, nnodes: int, script_args: lis
             for tag, stream in (("out", p.stdout), ("err", p.stderr)):
                 threading.Thread(target=_pump, args=(stream, tag, q), daemon=True).start()
         watchdog = start_watchdog(procs, remove=failures_dir)  # removes it too if this process dies
-        open_streams = 2 * len(procs)
+        open_streams, rank_lines = 2 * len(procs), RankLines()
         while open_streams:
             remaining = timeout - (time.monotonic() - start)
             if remaining <= 0:
@@ -488,15 +493,18 @@ def _run(plan: LaunchPlan, path: Path, nproc: int, nnodes: int, script_args: lis
             if line is None:
                 open_streams -= 1
                 continue
-            if not is_omp_notice(line):
-                write_live(line)
-            m = _PREFIX_RE.match(line.rstrip("\n"))
-            if m:
-                rank, text = int(m.group(1)), m.group(2)
-                bucket = result.stdout if tag == "out" else result.stderr
-                bucket.setdefault(rank, []).append(text)
-            else:
+            whole = rank_lines.feed(tag, line)
+            if whole is None:
+                if not is_omp_notice(line):
+                    write_live(line)
                 agent_log.append(line)
+                continue
+            bucket = result.stdout if tag == "out" else result.stderr
+            for rank, text in whole:
+                write_live(f"[rank{rank}]:{text}\n")
+                bucket.setdefault(rank, []).append(text)
+        for tag, rank, text in rank_lines.rest():
+            (result.stdout if tag == "out" else result.stderr).setdefault(rank, []).append(text)
         for p in procs:  # their output has ended; a process that still does not exit is a timeout too
             try:
                 p.wait(timeout=max(1.0, timeout - (time.monotonic() - start)))

@@ -1,11 +1,58 @@
-"""The launcher's live view of a run: which mode shows the ranks' lines (a widget in a notebook, stdout, or
-nothing), and which of torchrun's own lines it leaves out (:func:`is_omp_notice`)."""
+"""The launcher's view of a run's output: the ranks' whole lines out of torchrun's stream (:class:`RankLines`),
+which mode shows them live (a widget in a notebook, stdout, or nothing), and which of torchrun's own lines it
+leaves out (:func:`is_omp_notice`)."""
 
 from __future__ import annotations
 
 import os
 import re
 from typing import Literal, get_args
+
+# torchrun prefixes every line a worker writes with this (global rank; the launcher sets the template).
+PREFIX_TEMPLATE = "[rank${rank}]:"
+PREFIX_RE = re.compile(r"^\[rank(\d+)\]:(.*)$")
+_PIECE_RE = re.compile(r"\[rank(\d+)\]:")
+
+
+class RankLines:
+    """Whole lines of each rank out of torchrun's output stream, which can cut one line of a worker in two.
+
+    torch elastic's ``tail_logfile`` (torch/distributed/elastic/multiprocessing/tail_log.py) copies a worker's
+    log file to the agent's output by ``readline()``, which returns a line without its end when the tail reaches
+    it first, and writes every piece it reads behind the rank's prefix. A worker that writes a line's text and its
+    newline apart (``print`` under ``PYTHONUNBUFFERED=1``, which the launcher sets so that lines show as they come,
+    makes two writes) can then reach the agent's stdout as ``[rank0]:text`` and ``[rank0]:`` + newline, with
+    another rank's line between them at times. Seen in a strict nbval run on a busy machine: a line ending in
+    ``samples/s 745.4[rank0]:``. A prefix after the start of a prefixed line is such a cut (one at its start is
+    torch's own ``[rankN]:`` on traceback lines, kept); the pieces before it wait for the rest of their line.
+    """
+
+    def __init__(self) -> None:
+        self._pending: dict[tuple[str, int], str] = {}
+
+    def feed(self, stream: str, line: str) -> list[tuple[int, str]] | None:
+        """The whole lines (rank, text) that ``line`` of ``stream`` ("out" or "err") completes; None for a line
+        of the agent's own (no rank prefix)."""
+        m = PREFIX_RE.match(line.rstrip("\n"))
+        if m is None:
+            return None
+        rank, text, start, pieces = int(m.group(1)), m.group(2), 0, []
+        for cut in _PIECE_RE.finditer(text):
+            if cut.start() > 0:
+                pieces.append((rank, text[start:cut.start()]))
+                rank, start = int(cut.group(1)), cut.end()
+        pieces.append((rank, text[start:]))
+        for r, piece in pieces[:-1]:  # the start of a line whose rest comes later
+            self._pending[stream, r] = self._pending.get((stream, r), "") + piece
+        r, piece = pieces[-1]
+        return [(r, self._pending.pop((stream, r), "") + piece)]
+
+    def rest(self) -> list[tuple[str, int, str]]:
+        """(stream, rank, text) of line starts whose end never came (a worker killed in mid-line)."""
+        rest = [(stream, rank, text) for (stream, rank), text in self._pending.items()]
+        self._pending.clear()
+        return rest
+
 
 LiveMode = Literal["auto", "widget", "stdout", "quiet"]
 _LIVE_MODES: tuple[str, ...] = get_args(LiveMode)

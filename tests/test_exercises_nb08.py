@@ -5,7 +5,8 @@ tests/test_exercises_cases.py's RIGHT and WRONG.
 
 Every launch is one ``torchrun`` would have returned in this kernel (ddp_helpers.launch._launch_for_tests: a
 registered result with the script's path and content hash), of a learner's notebook folder's own
-scripts/08_ex_ddp_digits.py (08.1) or scripts/train_ddp.py (08.2), each script variant in a folder of its own;
+scripts/08_ex_ddp_digits.py (08.1) or of its copy of the template, runs/08_capstone/train_ddp.py (08.2: the
+notebook's PROGRAM, which its solution launches, not a scripts/ file), each script variant in a folder of its own;
 a case's check runs with that folder as the running notebook's (``_lesson``). So a LaunchResult typed by hand,
 a copy of a real one, a launch of a script edited since and a launch of another folder's copy (the solution by
 its absolute path) are refused as the learner's would be (ddp_helpers.exercises.provenance.current_launch).
@@ -17,10 +18,13 @@ once per case; the real launches' checks run the doctor themselves.
 
 08.2 and 08.3 compare with what the lesson's own launches wrote (the uninterrupted run of section 2, the
 preempted run's snapshot of section 4), read from the notebook's folder as in tests/test_exercises_runs.py:
-here fake lesson folders (JPY_SESSION_NAME's parent) that also hold the learner's scripts/train_ddp.py."""
+here fake lesson folders (JPY_SESSION_NAME's parent) that also hold the notebook's runs/08_capstone/train_ddp.py.
+A test reads the launch path of the notebook's own 08.2 solution cell (PROGRAM, as the notebook defines it) and
+checks it is where these folders hold the copy and what check_08_2 accepts."""
 
 from __future__ import annotations
 
+import ast
 import atexit
 import copy
 import hashlib
@@ -37,18 +41,77 @@ from exercise_calls import notebook_in, refused_text  # tests/ is on sys.path
 
 import ddp_helpers.doctor.run as doctor_run
 from ddp_helpers import exercises
+from ddp_helpers.exercises import nb08
 from ddp_helpers.launch import EXIT_ABORT_TEXT, LaunchResult, WorkerFailed, _launch_for_tests, torchrun
 from ddp_helpers.series import NOTEBOOK_DIR, ROOT
 
 TMP = Path(tempfile.mkdtemp(prefix="exercise_nb08_"))
 atexit.register(shutil.rmtree, TMP, ignore_errors=True)
+LESSON_RUNS = "runs/08_capstone"  # the notebook's RUNS: its runs, and the copy of the template it launches
+PROGRAM = f"{LESSON_RUNS}/train_ddp.py"  # the notebook's PROGRAM, relative to its folder
+
+
+def notebook_cells() -> list[dict]:
+    return json.loads((NOTEBOOK_DIR / "08_capstone_digits.ipynb").read_text())["cells"]
 
 
 def solution(prefix: str) -> str:
     """The notebook's own %%writefile solution cell for ``prefix`` (its script, without the magic line)."""
-    cells = json.loads((NOTEBOOK_DIR / "08_capstone_digits.ipynb").read_text())["cells"]
-    cell = next(c for c in cells if "".join(c["source"]).startswith(f"%%writefile scripts/{prefix}"))
+    cell = next(c for c in notebook_cells() if "".join(c["source"]).startswith(f"%%writefile scripts/{prefix}"))
     return "".join(cell["source"]).split("\n", 1)[1]
+
+
+def parsed(cell: dict) -> ast.Module:
+    """A code cell's syntax tree (an empty one for a cell magic, such as %%writefile)."""
+    try:
+        return ast.parse("".join(cell["source"]))
+    except SyntaxError:
+        return ast.Module(body=[], type_ignores=[])
+
+
+def notebook_value(expr: ast.expr, cells: list[dict]) -> object:
+    """The value of ``expr`` (a path expression of the notebook's) given the names ``cells`` assign: each name
+    it uses is evaluated from its last plain assignment in those cells (``RUNS = Path(...)``, ``PROGRAM =
+    str(RUNS / ...)``), with Path and str and nothing else."""
+    assigned = {}
+    for cell in cells:
+        for node in parsed(cell).body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                assigned[node.targets[0].id] = node.value
+
+    def value(node: ast.expr) -> object:
+        names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)} - {"Path", "str"}
+        return eval(compile(ast.Expression(node), "notebook 08", "eval"),  # the series' own notebook
+                    {"__builtins__": {}, "Path": Path, "str": str}, {name: value(assigned[name]) for name in names})
+
+    return value(expr)
+
+
+def solution_launch(name: str) -> str:
+    """The script path (as the notebook's folder sees it) that the notebook's own solution cell launches in
+    ``name = torchrun(<script>, ...)``, its names evaluated from the cells before it."""
+    cells = [c for c in notebook_cells() if c["cell_type"] == "code"]
+    for i, cell in enumerate(cells):
+        if "solution" not in cell.get("metadata", {}).get("tags", []):
+            continue
+        for node in ast.walk(parsed(cell)):
+            if (isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]
+                    and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", None) == "torchrun"):
+                return str(notebook_value(node.value.args[0], cells[:i + 1]))
+    raise AssertionError(f"no solution cell of notebook 08 launches `{name} = torchrun(...)`")
+
+
+def template_copies(cells: list[dict]) -> list[str]:
+    """Where the notebook's cells copy templates/train_ddp.py (``shutil.copyfile(ROOT / "templates" /
+    "train_ddp.py", <destination>)``), as the notebook's folder sees it."""
+    found = []
+    for cell in cells:
+        for node in ast.walk(parsed(cell)):
+            if (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "copyfile" and len(node.args) == 2
+                    and ast.dump(node.args[0]) == ast.dump(ast.parse('ROOT / "templates" / "train_ddp.py"',
+                                                                     mode="eval").body)):
+                found.append(str(notebook_value(node.args[1], cells)))
+    return found
 
 
 def launch(script: Path, stdout: dict, *, flags: tuple[str, ...] = (), out: Path | None = None,
@@ -67,8 +130,10 @@ def typed(real: LaunchResult) -> LaunchResult:
 
 
 def notebook_of(script: Path) -> Path:
-    """The learner's notebook folder that holds ``script`` as scripts/<name>."""
-    return script.parent.parent
+    """The learner's notebook folder that holds ``script``: as scripts/<name> (08.1), or as the notebook's copy
+    of the template, runs/08_capstone/train_ddp.py (08.2)."""
+    where = Path(LESSON_RUNS) if script.parent.as_posix().endswith(f"/{LESSON_RUNS}") else Path("scripts")
+    return script.parents[len(where.parts)]
 
 
 def stale(script: Path, *args, **kwargs) -> LaunchResult:
@@ -107,9 +172,10 @@ def edited(text: str, *changes: tuple[str, str]) -> str:
     return text
 
 
-def script(name: str, text: str, script_name: str = "08_ex_ddp_digits.py") -> Path:
-    """``text`` as scripts/<script_name> of a learner's notebook folder of its own, TMP/<name>."""
-    path = TMP / name / "scripts" / script_name
+def script(name: str, text: str, script_name: str = "08_ex_ddp_digits.py", where: str = "scripts") -> Path:
+    """``text`` as <where>/<script_name> (scripts/ by default) of a learner's notebook folder of its own,
+    TMP/<name>."""
+    path = TMP / name / where / script_name
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     return path
@@ -226,13 +292,19 @@ def case1(script: Path, stdout: dict, *, wrap=None, **kwargs) -> dict:
 
 
 # the notebook's folders: the lesson's runs, none yet, runs that differ, the killed run in the straight run's place;
-# each holds the learner's copy of the template, scripts/train_ddp.py
+# each holds the notebook's copy of the template where the notebook puts it, its PROGRAM: runs/08_capstone/train_ddp.py
 LESSON, EMPTY, ODD, SELF = (TMP / name for name in ("lesson", "empty_lesson", "odd_lesson", "self_lesson"))
 TEMPLATE = ROOT / "templates" / "train_ddp.py"
-COPY, EMPTY_COPY, ODD_COPY, SELF_COPY = (script(folder.name, TEMPLATE.read_text(), "train_ddp.py")
-                                         for folder in (LESSON, EMPTY, ODD, SELF))
-EDITED2 = script("s2_edited", TEMPLATE.read_text(), "train_ddp.py")  # edited after its launch (a stale launch)
-LESSON_RUNS = "runs/08_capstone"
+
+
+def template_copy(name: str) -> Path:
+    """The template copied as the notebook does, to PROGRAM in the notebook folder TMP/<name>."""
+    return script(name, TEMPLATE.read_text(), Path(PROGRAM).name, where=str(Path(PROGRAM).parent))
+
+
+COPY, EMPTY_COPY, ODD_COPY, SELF_COPY = (template_copy(folder.name) for folder in (LESSON, EMPTY, ODD, SELF))
+EDITED2 = template_copy("s2_edited")  # edited after its launch (a stale launch)
+SCRIPTS_COPY = script(LESSON.name, TEMPLATE.read_text(), "train_ddp.py")  # beside PROGRAM: scripts/train_ddp.py
 
 # --- 08.2: the killed run -----------------------------------------------------------------------------
 CONFIG = {"epochs": 3, "global_batch": 64, "lr": 3e-3, "weight_decay": 1e-4, "clip": 1.0, "workers": 1, "seed": 0,
@@ -267,8 +339,8 @@ RESTARTS = ("--max-restarts=1",)
 def case2(stdout: dict = RESTARTED, *, lesson: Path = LESSON, of: Path | None = None, out: Path = KILLED,
           flags: tuple[str, ...] = RESTARTS, wrap=None, equal: object = True, **more) -> dict:
     """08.2's keywords, checked from the notebook folder ``lesson``, for a launch of ``of`` (default: the
-    learner's scripts/train_ddp.py there), ``wrap`` applied to the launch; ``more``: other keywords."""
-    result = launch(of or lesson / "scripts" / "train_ddp.py", stdout, flags=flags, out=out)
+    notebook's copy of the template there, PROGRAM), ``wrap`` applied to the launch; ``more``: other keywords."""
+    result = launch(of or lesson / PROGRAM, stdout, flags=flags, out=out)
     return dict(killed_again=wrap(result) if wrap else result, equal=equal, _lesson=lesson, **more)
 
 # --- 08.3: the preempted snapshot -------------------------------------------------------------------
@@ -339,7 +411,7 @@ WRONG08 = {
              ("weights differ", case2(out=DIFFERENT)),
              ("equal said False", case2(equal=False)),
              ("equal as a string", case2(equal="True")),
-             # not a launch of the learner's current scripts/train_ddp.py (provenance.current_launch)
+             # not a launch of the notebook's current runs/08_capstone/train_ddp.py (provenance.current_launch)
              ("a LaunchResult typed by hand", case2(wrap=typed)),
              ("a copy of a real launch", case2(wrap=copy.copy)),
              ("a stale launch: the script edited after it", dict(
@@ -347,6 +419,7 @@ WRONG08 = {
                  _lesson=notebook_of(EDITED2))),
              ("the template by its absolute path", case2(of=TEMPLATE)),
              ("another folder's copy", case2(of=ODD_COPY)),
+             ("a copy at scripts/train_ddp.py, not the notebook's PROGRAM", case2(of=SCRIPTS_COPY)),
              ("a launch of another script", case2(of=CONVERTED)),
              ("3 processes", dict(killed_again=launch(COPY, RESTARTED, flags=RESTARTS, out=KILLED, nproc=3),
                                   equal=True))],
@@ -369,6 +442,7 @@ NOT_THE_SCRIPTS = {"a LaunchResult typed by hand": "returned in this kernel",
                    "the template by its absolute path": "a copy in another folder",
                    "another learner folder's copy": "a copy in another folder",
                    "another folder's copy": "a copy in another folder",
+                   "a copy at scripts/train_ddp.py, not the notebook's PROGRAM": "a copy in another folder",
                    "a launch of another script": "is a launch of",  # 08.1: of train_ddp.py; 08.2: of 08.1's
                    "3 processes": "ran 3 process(es)"}
 
@@ -500,6 +574,23 @@ def test_a_launch_that_is_not_of_the_current_script_is_refused_for_it(exid, labe
     assert sum(1 for e, cases in WRONG08.items() if e == exid for lb, _ in cases if lb in NOT_THE_SCRIPTS) >= 3
     text = refused_text(exid, lambda: run_case(exid, dict(WRONG08[exid])[label]))
     assert NOT_THE_SCRIPTS[label] in text, text
+    if exid == "08.2":  # the hints name the notebook's copy, the path its solution launches
+        assert "scripts/train_ddp.py" not in text.replace(str(SCRIPTS_COPY.resolve()), ""), text
+        assert label == "3 processes" or PROGRAM in text, text
+
+
+def test_the_notebooks_08_2_solution_launches_the_copy_the_check_expects(capsys):
+    """The path the notebook's own 08.2 solution cell launches (PROGRAM, as the notebook defines it) is where
+    the notebook copies the template, where these tests' folders hold it, and what check_08_2 accepts: the
+    check and the notebook cannot disagree on it again (the check once expected scripts/train_ddp.py)."""
+    launched = solution_launch("killed_again")
+    code = [c for c in notebook_cells() if c["cell_type"] == "code"]
+    assert launched == PROGRAM and not Path(launched).is_absolute()
+    assert launched in template_copies(code)  # the launched file is the notebook's copy of the template
+    assert COPY == LESSON / launched
+    run_case("08.2", case2(of=LESSON / launched))
+    assert capsys.readouterr().out == "✓ Exercise 08.2: correct\n"
+    assert Path(launched) == nb08.RUNS / nb08.TEMPLATE_COPY  # the check names it once, as the notebook's RUNS
 
 
 @pytest.mark.parametrize("label", list(SAYS1))

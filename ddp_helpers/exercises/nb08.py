@@ -27,11 +27,14 @@ from ddp_helpers.exercises.provenance import current_launch, exit_aborted, launc
 
 PLAIN_TRAIN_SIZE = 1400  # scripts/08_plain_digits.py trains on the first 1400 of the 1797 digits
 CONVERTED = "08_ex_ddp_digits.py"
-TEMPLATE_COPY = "train_ddp.py"  # the notebook's copy of templates/train_ddp.py
+# the notebook's folder of runs (its RUNS), which also holds the copy of templates/train_ddp.py it launches
+# (its PROGRAM, RUNS / "train_ddp.py"): 08.2's launch is of that copy, not of a scripts/ file
+RUNS = Path("runs/08_capstone")
+TEMPLATE_COPY = "train_ddp.py"  # the notebook's copy of templates/train_ddp.py, in RUNS
 # what the lesson's own launches wrote, read from the notebook's folder (never from the check cell)
-STRAIGHT = Path("runs/08_capstone/straight/final.pt")
+STRAIGHT = RUNS / "straight" / "final.pt"
 STRAIGHT_LAUNCH = "the uninterrupted launch of train_ddp.py (section 2)"
-SNAPSHOT = Path("runs/08_capstone/preempted_snapshot.pt")
+SNAPSHOT = RUNS / "preempted_snapshot.pt"
 SNAPSHOT_LAUNCH = "the preempted launch of train_ddp.py (section 4)"
 
 
@@ -55,12 +58,13 @@ def _read_json(path: Path | None) -> Any:
         return None
 
 
-def _launched(ex: Exercise, name: str, result: Any, script: str) -> tuple[Path, Any]:
-    """The learner's scripts/``script`` that ``result`` ran, and the launch (a result ``torchrun`` returned in this
+def _launched(ex: Exercise, name: str, result: Any, script: str, where: str | Path = "scripts"
+              ) -> tuple[Path, Any]:
+    """The learner's ``where``/``script`` (scripts/ by default) that ``result`` ran, and the launch (a result ``torchrun`` returned in this
     kernel, or the one a WorkerFailed carries), after refusing what :func:`provenance.current_launch` refuses (a
     typed or copied result, a launch of another script or of another folder's copy, at another world size, or
     of a version of the script edited since) and a launch whose rank 0 printed nothing."""
-    path = current_launch(ex, name, result, script, nproc=2)
+    path = current_launch(ex, name, result, script, nproc=2, where=where)
     launch = launch_of(result)
     ex.require(launch.stdout.get(0), f"rank 0 of `{name}` printed nothing.", "run the script the exercise names.")
     return path, launch
@@ -116,11 +120,12 @@ def check_08_1(*, converted: Answer[Any]) -> None:
 
 @check
 def check_08_2(*, killed_again: Answer[Any], equal: Answer[bool]) -> None:
-    """The uninterrupted run compared with is the lesson's own (section 2), read from the notebook's folder."""
+    """The launch is of the notebook's copy of the template, runs/08_capstone/train_ddp.py (its PROGRAM); the
+    uninterrupted run compared with is the lesson's own (section 2), read from the notebook's folder."""
     ex = Exercise("08.2")
     ex.given(killed_again=killed_again, equal=equal)
     exit_aborted(ex, killed_again)  # a failed launch is refused (gloo's exit abort after the work is judged)
-    script, killed_again = _launched(ex, "killed_again", killed_again, TEMPLATE_COPY)
+    script, killed_again = _launched(ex, "killed_again", killed_again, TEMPLATE_COPY, where=RUNS)
     value = flag(killed_again.command, "--max-restarts")
     restarts = int(value) if value is not None and value.isdigit() else 0
     ex.require(restarts >= 1, "the launch did not allow torchrun to restart the ranks.",

@@ -3,9 +3,10 @@
 Three questions every launch check asks before it reads a run (issue 38, items 1, 2 and 7):
 
 - :func:`current_launch`: is the value a result that ``torchrun`` returned in this kernel (not typed by hand,
-  copied or unpickled), of the learner's own ``scripts/<name>`` beside the notebook (not another folder's
-  copy, such as the instructor's solution by absolute path), at the exercise's world size, and of the
-  script's content as it is now (not a run of a version edited since)?
+  copied or unpickled), of the learner's own ``scripts/<name>`` beside the notebook (or the notebook's own copy
+  elsewhere in its folder, such as notebook 08's runs/08_capstone/train_ddp.py: ``where``), not another
+  folder's copy (such as the instructor's solution by absolute path), at the exercise's world size, and of
+  the script's content as it is now (not a run of a version edited since)?
 - :func:`prints_no_literal`: does the script print the expected answer as a constant it wrote itself,
   rather than compute it?
 - :func:`lesson_run`: was the lesson run a check reads last written by the lesson's own launch? When another
@@ -52,9 +53,10 @@ def exit_aborted(ex: Exercise, value: object) -> bool:
     return True
 
 
-def learner_script(name: str) -> Path | None:
-    """The learner's ``scripts/<name>``: the first notebook folder that holds it (:func:`core.find_file`)."""
-    found = find_file(Path("scripts") / name)
+def learner_script(name: str, where: str | os.PathLike = "scripts") -> Path | None:
+    """The learner's ``<where>/<name>`` (``scripts/<name>`` by default; ``where`` is relative to the notebook's
+    folder): the first notebook folder that holds it (:func:`core.find_file`)."""
+    found = find_file(Path(where) / name)
     return found.resolve() if found is not None else None
 
 
@@ -66,36 +68,40 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
 
 
 def current_launch(ex: Exercise, name: str, result: object, expected_script_name: str,
-                   nproc: int | None = None) -> Path:
+                   nproc: int | None = None, *, where: str | os.PathLike = "scripts") -> Path:
     """The learner's script that ``result`` (the check's ``name``) ran, after refusing, each with a hint that
     names what happened: a value ``torchrun`` did not return in this kernel (typed, copied), a launch of
     another script or of another folder's copy of it, a launch at another world size (``nproc`` processes in
-    all, when given), and a launch of a version of the script that has changed since."""
+    all, when given), and a launch of a version of the script that has changed since.
+
+    The script is ``<where>/<expected_script_name>`` in the notebook's folder: ``scripts/`` by default, another
+    folder for a notebook that launches its copy from there (notebook 08's runs/08_capstone/train_ddp.py);
+    the hints name that path."""
     launch = launch_of(result)
-    example = f"`{name} = torchrun(\"scripts/{expected_script_name}\", ...)`"
+    relative = (Path(where) / expected_script_name).as_posix()
+    example = f"`{name} = torchrun(\"{relative}\", ...)`"
     if launch is None:
         ex.fail(f"`{name}` is not a result that `torchrun(...)` returned in this kernel (typed, copied or made "
                 "another way), so it is no record of a run.",
                 f"assign the launch itself, {example}, then run this check.")
     ran = Path(launch.script)
     ex.require(ran.name == expected_script_name,
-               f"`{name}` is a launch of {ran.name}, not of scripts/{expected_script_name}.",
+               f"`{name}` is a launch of {ran.name}, not of {relative}.",
                f"launch the exercise's script: {example}.")
-    mine = learner_script(expected_script_name)
+    mine = learner_script(expected_script_name, where)
     if mine is None:
-        ex.fail(f"scripts/{expected_script_name} cannot be found beside this notebook.",
+        ex.fail(f"{relative} cannot be found beside this notebook.",
                 "run the cell that writes it (from the notebook's folder), launch it, then this check.")
     ex.require(same_file(ran, mine),
-               f"`{name}` ran {ran}, a copy in another folder, not your scripts/{expected_script_name} beside "
-               "this notebook.",
+               f"`{name}` ran {ran}, a copy in another folder, not your {relative} beside this notebook.",
                f"launch your own file by its relative path: {example}.")
     if nproc is not None:
         world = launch.nproc * launch.nnodes
         ex.require(world == nproc, f"`{name}` ran {world} process(es), the exercise asks for {nproc}.",
                    "look at the `nproc=` (and `nnodes=`) arguments of the launch.")
     ex.require(file_sha256(mine) == launch.sha256,
-               f"you changed scripts/{expected_script_name} after launching it: `{name}` is a run of an older "
-               "version of the script.",
+               f"you changed {relative} after launching it: `{name}` is a run of an older version of the "
+               "script.",
                f"launch it again ({example}), then run this check.")
     return mine
 

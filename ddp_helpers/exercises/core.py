@@ -148,31 +148,12 @@ class Exercise:
         """The learner's ``name`` is a function."""
         self.require(callable(value), f"`{name}` is not a function.", f"define it with `def {name}(...):`.")
 
-    def launched(self, name: str, result: object, nproc: int) -> None:
-        """The learner's ``name`` is what ``torchrun(...)`` returns, for a launch of ``nproc`` processes."""
-        self.require(is_launch(result), f"`{name}` is not what `torchrun(...)` returns.",
-                     f"assign the result of the launch: `{name} = torchrun(...)`.")
-        ran = processes(result)
-        self.require(ran == nproc, f"`{name}` ran {ran} process(es), the exercise asks for {nproc}.",
-                     "look at the `nproc=` argument of the launch.")
-
     def every_rank(self, name: str, result: Any, nproc: int) -> None:
         """Every rank 0..nproc-1 of the launch printed something (a silent script fails)."""
         stdout = result.stdout
         silent = [r for r in range(nproc) if not stdout.get(r)]
         self.require(not silent, f"rank {silent[0] if silent else 0} of `{name}` printed nothing.",
                      "every rank must print its result; look at the script's print calls.")
-
-    def script_of(self, name: str, command_or_args: object, expected: str) -> Path:
-        """The worker script a launch ran (from its command or its argument list), which must be
-        ``expected`` (a file name), found beside the notebook."""
-        path = script_in(command_or_args, expected)
-        self.require(path is not None, f"`{name}` did not run {expected}.",
-                     f"launch the exercise's script, scripts/{expected}.")
-        found = find_file(path)
-        self.require(found is not None, f"the script {path} that `{name}` ran cannot be found.",
-                     "run the cell that writes the script, from the notebook's folder.")
-        return found
 
     def tree_of(self, script: Path) -> ast.Module:
         """The script's syntax tree."""
@@ -453,16 +434,6 @@ def _converted(exercise: str, fn: Callable[..., object], kwargs: dict[str, objec
 def is_launch(result: object) -> bool:
     """``result`` looks like what ``torchrun(...)`` returns."""
     return isinstance(getattr(result, "stdout", None), dict) and isinstance(getattr(result, "command", None), str)
-
-
-def processes(result: Any) -> int:
-    """How many processes a launch ran: --nproc-per-node (times --nnodes) of its command."""
-    per_node = re.search(r"--nproc[-_]per[-_]node[= ](\d+)", result.command or "")
-    nodes = re.search(r"--nnodes[= ](\d+)", result.command or "")
-    if per_node is None:
-        return len(result.stdout)
-    return int(per_node.group(1)) * (int(nodes.group(1)) if nodes else 1)
-
 
 
 def load_checkpoint(ex: Exercise, file: str | os.PathLike, name: str) -> Any:
